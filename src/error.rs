@@ -1,0 +1,72 @@
+//! The one error type of cuhook.
+
+use std::fmt;
+
+/// Everything that can go wrong in cuhook, with enough context to act on.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// A loaded object's dynamic section or tables could not be read.
+    BadObject { object: String, reason: &'static str },
+    /// Changing the protection of the page that holds a GOT slot failed.
+    Protect { object: String, address: usize, errno: i32 },
+    /// A slot sits on a page that is executable; making it writable would create a W+X mapping.
+    ExecutableSlotPage { object: String, address: usize },
+    /// The protection of a slot's page could not be read from the kernel's map of the process.
+    QueryProtection { address: usize, errno: i32 },
+    /// A hook set names no symbols, a symbol twice, or a null replacement.
+    InvalidHookSet { reason: String },
+    /// A symbol name was not valid (empty, interior NUL, not UTF-8).
+    InvalidSymbol { symbol: String },
+    /// The hook set is not installed (uninstall of something never installed).
+    NotInstalled,
+    /// A C API argument was NULL or out of range.
+    InvalidArgument { what: &'static str },
+    /// Too many subscribers or hook sets at once.
+    CapacityExceeded { what: &'static str, limit: usize },
+    /// No subscription matches the given (mask, callback, context).
+    NoSuchSubscriber,
+}
+
+/// `Result` with cuhook's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::BadObject { object, reason } => {
+                write!(f, "cannot read the dynamic tables of `{object}`: {reason}")
+            }
+            Error::Protect { object, address, errno } => write!(
+                f,
+                "mprotect of the page holding GOT slot {address:#x} in `{object}` failed: {}",
+                errno_text(*errno)
+            ),
+            Error::ExecutableSlotPage { object, address } => write!(
+                f,
+                "GOT slot {address:#x} in `{object}` lies on an executable page; cuhook never makes a page writable and executable"
+            ),
+            Error::QueryProtection { address, errno } => write!(
+                f,
+                "cannot read the protection of address {address:#x} from /proc/self/maps: {}",
+                errno_text(*errno)
+            ),
+            Error::InvalidHookSet { reason } => write!(f, "invalid hook set: {reason}"),
+            Error::InvalidSymbol { symbol } => write!(f, "invalid symbol name `{symbol}`"),
+            Error::NotInstalled => write!(f, "the hook set is not installed"),
+            Error::InvalidArgument { what } => write!(f, "invalid argument: {what}"),
+            Error::CapacityExceeded { what, limit } => {
+                write!(f, "too many {what} (the limit is {limit})")
+            }
+            Error::NoSuchSubscriber => {
+                write!(f, "no subscriber is registered with that mask, callback and context")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+fn errno_text(errno: i32) -> String {
+    format!("{} (errno {errno})", std::io::Error::from_raw_os_error(errno))
+}

@@ -1,0 +1,115 @@
+//! The data an event carries. Plain `Copy` values: dispatch never allocates.
+
+use core::ffi::CStr;
+
+/// What kind of memory a range is. The discriminants are the C API's `CUHOOK_MEM_TYPE_*` values.
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum MemType {
+    /// Pageable or pinned host memory (pinned host allocations carry [`flags::PINNED_HOST`]).
+    Host = 0,
+    /// Device memory (`cuMemAlloc`, stream-ordered, pools, VMM).
+    Cuda = 1,
+    /// Managed (unified) memory.
+    CudaManaged = 2,
+    /// Not known (never classified).
+    #[default]
+    Unknown = 3,
+}
+
+impl MemType {
+    /// The lower-case name used in traces and reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            MemType::Host => "host",
+            MemType::Cuda => "cuda",
+            MemType::CudaManaged => "managed",
+            MemType::Unknown => "unknown",
+        }
+    }
+}
+
+/// Bit flags of an allocation (`MemEvent::flags`, `Allocation::flags`).
+pub mod flags {
+    /// Allocated or freed in stream order (`cuMemAllocAsync`, `cudaFreeAsync`, ...).
+    pub const STREAM_ORDERED: u32 = 1 << 0;
+    /// Came from an explicit memory pool (`cuMemAllocFromPoolAsync`).
+    pub const POOL: u32 = 1 << 1;
+    /// A virtual-memory-management mapping (`cuMemMap`).
+    pub const VMM: u32 = 1 << 2;
+    /// Page-locked host memory (`cuMemHostAlloc`, `cuMemHostRegister`, ...).
+    pub const PINNED_HOST: u32 = 1 << 3;
+    /// Host memory registered with the driver rather than allocated by it.
+    pub const REGISTERED: u32 = 1 << 4;
+    /// Delivered to a new subscriber as a replay of a range that already existed.
+    pub const EXISTING: u32 = 1 << 5;
+    /// A free produced by teardown (context destroy, primary context reset, device reset).
+    pub const PURGED: u32 = 1 << 6;
+}
+
+/// Which way an event goes.
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// A successful allocation (dispatched after the real call returned success).
+    Alloc = 1,
+    /// A free (dispatched before the real free runs).
+    Free = 2,
+}
+
+impl EventKind {
+    /// The bit of this kind in a subscription mask.
+    pub const fn mask(self) -> u32 {
+        self as u32
+    }
+}
+
+/// Subscription mask bits, one per [`EventKind`].
+pub mod mask {
+    /// Alloc events.
+    pub const ALLOC: u32 = super::EventKind::Alloc as u32;
+    /// Free events.
+    pub const FREE: u32 = super::EventKind::Free as u32;
+    /// Both.
+    pub const ALL: u32 = ALLOC | FREE;
+}
+
+/// One memory event. `size` is the size the caller asked for (alloc) or the registry's record of
+/// the allocation (free; 0 when the registry did not know the pointer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemEvent {
+    pub kind: EventKind,
+    pub address: usize,
+    pub size: usize,
+    pub mem_type: MemType,
+    /// Device ordinal, -1 for host or unknown.
+    pub device: i32,
+    /// [`flags`] bits.
+    pub flags: u32,
+    /// `CUstream` / `cudaStream_t` value for stream-ordered calls, else 0.
+    pub stream: usize,
+    /// `CUmemoryPool` handle for pool allocations, else 0.
+    pub pool: usize,
+    /// `CUcontext` the allocation belongs to where known, else 0.
+    pub context: usize,
+    /// The API entry point the application called (the outermost hooked call), e.g. `cudaMallocAsync`.
+    pub api: &'static CStr,
+}
+
+impl MemEvent {
+    /// An event with every optional field empty.
+    pub const fn new(kind: EventKind, address: usize, size: usize, api: &'static CStr) -> Self {
+        MemEvent {
+            kind,
+            address,
+            size,
+            mem_type: MemType::Unknown,
+            device: -1,
+            flags: 0,
+            stream: 0,
+            pool: 0,
+            context: 0,
+            api,
+        }
+    }
+}

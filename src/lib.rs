@@ -1,0 +1,8 @@
+//! cuhook: intercept every CUDA allocation and free by GOT/PLT patching.
+#![deny(unsafe_code)]
+
+pub mod error;
+pub mod events;
+pub mod registry;
+
+pub use error::{Error, Result};

@@ -1,0 +1,1 @@
+//! The address-range registry (placeholder until the registry lands).
