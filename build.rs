@@ -1,1 +1,158 @@
-fn main(){}
+//! Builds the C fixtures (fake libraries and apps in every link mode) that the hook tests run.
+//! They land in `$OUT_DIR/fixtures`, exported to the crate's tests as `CUHOOK_FIXTURES_DIR`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// How an app or library is linked: the columns of the fixture matrix.
+struct Mode {
+    name: &'static str,
+    cflags: &'static [&'static str],
+    ldflags: &'static [&'static str],
+}
+
+/// `lazy` links with gold: GNU ld routes PLT calls of an address-taken function through its
+/// GLOB_DAT entry (`.plt.got`), so only gold (like lld) gives the JUMP_SLOT + GLOB_DAT pair
+/// for one symbol that the engine must patch both of.
+const MODES: &[Mode] = &[
+    Mode {
+        name: "lazy",
+        cflags: &[],
+        ldflags: &["-fuse-ld=gold", "-Wl,-z,lazy"],
+    },
+    Mode {
+        name: "now",
+        cflags: &[],
+        ldflags: &["-Wl,-z,relro,-z,now"],
+    },
+    Mode {
+        name: "noplt",
+        cflags: &["-fno-plt"],
+        ldflags: &["-Wl,-z,lazy"],
+    },
+];
+
+struct Gcc {
+    compiler: PathBuf,
+    src: PathBuf,
+    out: PathBuf,
+    include: PathBuf,
+}
+
+impl Gcc {
+    fn run(&self, what: &str, args: &[String]) {
+        let status = Command::new(&self.compiler)
+            .args(["-O1", "-g", "-Wall", "-Wextra", "-Werror", "-I"])
+            .arg(&self.include)
+            .arg("-I")
+            .arg(&self.src)
+            .args(args)
+            .current_dir(&self.out)
+            .status()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run the C compiler {:?} for {what}: {e}",
+                    self.compiler
+                )
+            });
+        assert!(
+            status.success(),
+            "building fixture {what} failed ({status}); command: {:?} {args:?}",
+            self.compiler
+        );
+    }
+
+    fn src(&self, file: &str) -> String {
+        self.src.join(file).display().to_string()
+    }
+
+    fn shared(&self, out: &str, sources: &[&str], flags: &[&str], libs: &[&str]) {
+        let mut args: Vec<String> = vec![
+            "-shared".into(),
+            "-fPIC".into(),
+            format!("-Wl,-soname,{out}"),
+            "-o".into(),
+            out.into(),
+        ];
+        args.extend(flags.iter().map(|s| s.to_string()));
+        args.extend(sources.iter().map(|s| self.src(s)));
+        args.extend(["-L.".into(), "-Wl,-rpath,$ORIGIN".into()]);
+        args.extend(libs.iter().map(|s| s.to_string()));
+        self.run(out, &args);
+    }
+
+    fn app(&self, out: &str, sources: &[&str], flags: &[&str], libs: &[&str]) {
+        let mut args: Vec<String> = vec!["-o".into(), out.into()];
+        args.extend(flags.iter().map(|s| s.to_string()));
+        args.extend(sources.iter().map(|s| self.src(s)));
+        args.extend(["-L.".into(), "-Wl,-rpath,$ORIGIN".into()]);
+        args.extend(libs.iter().map(|s| s.to_string()));
+        args.extend(["-ldl".into(), "-lpthread".into()]);
+        self.run(out, &args);
+    }
+}
+
+fn engine_fixtures(gcc: &Gcc) {
+    let map = format!("-Wl,--version-script={}", gcc.src("target.map"));
+    gcc.shared("libtarget.so", &["target.c"], &[&map], &[]);
+    gcc.shared("libnoplt.so", &["noplt.c"], &[], &[]);
+    for m in MODES {
+        let lib = format!("libcaller_{}.so", m.name);
+        let flags: Vec<&str> = m.cflags.iter().chain(m.ldflags).copied().collect();
+        gcc.shared(
+            &lib,
+            &["caller.c", "caller_direct.c"],
+            &flags,
+            &["-ltarget"],
+        );
+        let mut app_flags = vec!["-fPIE", "-pie"];
+        app_flags.extend(&flags);
+        let caller = format!("-lcaller_{}", m.name);
+        gcc.app(
+            &format!("app_{}", m.name),
+            &["app.c"],
+            &app_flags,
+            &["-ltarget", &caller, "-lnoplt"],
+        );
+    }
+    // Non-PIE: address-taken functions get canonical PLT entries in the executable.
+    gcc.app(
+        "app_nopie",
+        &["app.c"],
+        &["-fno-pie", "-no-pie", "-Wl,-z,lazy"],
+        &["-ltarget", "-lcaller_lazy", "-lnoplt"],
+    );
+}
+
+fn main() {
+    let manifest =
+        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("fixtures");
+    std::fs::create_dir_all(&out).expect("create fixtures dir");
+    let compiler = cc::Build::new().get_compiler().path().to_path_buf();
+    let gcc = Gcc {
+        compiler,
+        src: manifest.join("fixtures/engine"),
+        out: out.clone(),
+        include: manifest.join("include"),
+    };
+    engine_fixtures(&gcc);
+    println!("cargo:rustc-env=CUHOOK_FIXTURES_DIR={}", out.display());
+    for dir in ["fixtures", "include"] {
+        rerun_tree(&manifest.join(dir));
+    }
+}
+
+fn rerun_tree(dir: &Path) {
+    println!("cargo:rerun-if-changed={}", dir.display());
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                rerun_tree(&p);
+            } else {
+                println!("cargo:rerun-if-changed={}", p.display());
+            }
+        }
+    }
+}

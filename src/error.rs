@@ -7,9 +7,16 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
     /// A loaded object's dynamic section or tables could not be read.
-    BadObject { object: String, reason: &'static str },
+    BadObject {
+        object: String,
+        reason: &'static str,
+    },
     /// Changing the protection of the page that holds a GOT slot failed.
-    Protect { object: String, address: usize, errno: i32 },
+    Protect {
+        object: String,
+        address: usize,
+        errno: i32,
+    },
     /// A slot sits on a page that is executable; making it writable would create a W+X mapping.
     ExecutableSlotPage { object: String, address: usize },
     /// The protection of a slot's page could not be read from the kernel's map of the process.
@@ -26,6 +33,9 @@ pub enum Error {
     CapacityExceeded { what: &'static str, limit: usize },
     /// No subscription matches the given (mask, callback, context).
     NoSuchSubscriber,
+    /// An engine operation was requested while this thread is already inside one (from a hook
+    /// or a library constructor run by the engine's own loader calls), or the engine stayed busy.
+    Busy,
 }
 
 /// `Result` with cuhook's [`Error`].
@@ -58,6 +68,10 @@ impl fmt::Display for Error {
             Error::CapacityExceeded { what, limit } => {
                 write!(f, "too many {what} (the limit is {limit})")
             }
+            Error::Busy => write!(
+                f,
+                "the patch engine is busy: another install/uninstall is running on this thread (called from a hook or constructor?)"
+            ),
             Error::NoSuchSubscriber => {
                 write!(f, "no subscriber is registered with that mask, callback and context")
             }
@@ -68,5 +82,8 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 fn errno_text(errno: i32) -> String {
-    format!("{} (errno {errno})", std::io::Error::from_raw_os_error(errno))
+    format!(
+        "{} (errno {errno})",
+        std::io::Error::from_raw_os_error(errno)
+    )
 }

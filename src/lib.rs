@@ -6,3 +6,7 @@ pub mod events;
 pub mod registry;
 
 pub use error::{Error, Result};
+pub mod capi;
+pub mod elf;
+pub mod hooks;
+pub mod patch;

@@ -1,0 +1,83 @@
+/*
+ * cuhook: intercept every CUDA allocation and free by GOT/PLT patching.
+ *
+ * Link with -lcuhook (libcuhook.so), or dlopen it and look these functions up.
+ * Every function returns 0 or a negative status; cuhook_strerror() explains a status.
+ * No function crashes on NULL or invalid arguments: it returns CUHOOK_ERR_INVALID_ARGUMENT.
+ */
+#ifndef CUHOOK_H
+#define CUHOOK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status codes ---------------------------------------------------------------------- */
+#define CUHOOK_OK                      0
+#define CUHOOK_ERR_INVALID_ARGUMENT   -1
+#define CUHOOK_ERR_BAD_OBJECT         -2
+#define CUHOOK_ERR_PROTECTION         -3
+#define CUHOOK_ERR_NOT_INSTALLED      -4
+#define CUHOOK_ERR_CAPACITY           -5
+#define CUHOOK_ERR_NO_SUCH_SUBSCRIBER -6
+#define CUHOOK_ERR_BUSY               -7
+#define CUHOOK_ERR_INTERNAL           -8
+
+/* A static, human-readable message for a status. Never NULL. */
+const char *cuhook_strerror(int status);
+
+/* ---- generic GOT/PLT hooks -------------------------------------------------------------- */
+
+/* One symbol to hook. `original` receives the real function before any slot points at
+ * `replacement`; it must stay valid while the hook is installed (use a static variable) and
+ * the replacement calls through it. `version` NULL hooks every import of the symbol; a version
+ * ("V2", "GLIBC_2.2.5") hooks only imports of exactly that version. */
+typedef struct cuhook_hook {
+    const char *symbol;
+    const char *version;
+    void *replacement;
+    void **original;
+} cuhook_hook_t;
+
+/* Relocation kinds in cuhook_slot_info_t.kind. */
+#define CUHOOK_RELOC_JUMP_SLOT 1
+#define CUHOOK_RELOC_GLOB_DAT  2
+#define CUHOOK_RELOC_ABS64     3
+
+typedef struct cuhook_slot_info {
+    char object[256];      /* path of the patched object ("<main program>" for the executable) */
+    char symbol[128];
+    uintptr_t address;     /* address of the GOT slot */
+    int kind;              /* CUHOOK_RELOC_* */
+    uintptr_t old_value;   /* slot value before the patch */
+    uintptr_t new_value;   /* slot value written (the replacement) */
+    char protection[4];    /* page protection, "r--" / "rw-" as in /proc/self/maps */
+} cuhook_slot_info_t;
+
+typedef struct cuhook_uninstall_report {
+    size_t restored;       /* slots put back bit for bit */
+    size_t foreign;        /* slots someone else re-patched after us: left alone */
+    size_t gone;           /* slots of objects unloaded meanwhile */
+} cuhook_uninstall_report_t;
+
+/* Patch every loaded object (and, with the dl interposers, every object loaded later).
+ * Installing the same set (same name, symbols, replacements, originals) again only adds a
+ * reference and returns the same id. */
+int cuhook_hooks_install(const char *set_name, const cuhook_hook_t *hooks, size_t count,
+                         uint64_t *id_out);
+/* Drop one reference; the last one puts every slot back (report may be NULL). */
+int cuhook_hooks_uninstall(uint64_t id, cuhook_uninstall_report_t *report);
+/* Patch objects loaded since the last scan; returns the number of slots patched (>= 0). */
+int cuhook_hooks_rescan(void);
+/* Comma-separated substrings of object paths never to patch; NULL or "" clears the list. */
+int cuhook_set_exclude(const char *list);
+/* Copy up to `capacity` patched slots into `out`; returns how many exist. */
+ptrdiff_t cuhook_patched_slots(cuhook_slot_info_t *out, size_t capacity);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CUHOOK_H */

@@ -1,0 +1,209 @@
+//! The dynamic section of a loaded object: where its string, symbol, version and relocation
+//! tables are.
+
+use goblin::elf::dynamic::{
+    DT_JMPREL, DT_NULL, DT_PLTREL, DT_PLTRELSZ, DT_REL, DT_RELA, DT_RELAENT, DT_RELASZ, DT_RELENT,
+    DT_RELSZ, DT_STRSZ, DT_STRTAB, DT_SYMENT, DT_SYMTAB, DT_VERDEF, DT_VERDEFNUM, DT_VERNEED,
+    DT_VERNEEDNUM, DT_VERSYM,
+};
+use goblin::elf64::dynamic::Dyn;
+use libc::PT_DYNAMIC;
+
+use super::image::Image;
+use super::snapshot::LoadedObject;
+use crate::{Error, Result};
+
+/// A relocation table: address, size in bytes, entry size, and whether entries carry addends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelocTable {
+    pub addr: usize,
+    pub size: usize,
+    pub entsize: usize,
+    pub rela: bool,
+}
+
+/// Where the tables are, as absolute addresses.
+#[derive(Debug, Clone, Default)]
+pub struct DynamicTables {
+    pub strtab: usize,
+    pub strsz: usize,
+    pub symtab: usize,
+    pub syment: usize,
+    pub versym: Option<usize>,
+    pub verneed: Option<(usize, usize)>,
+    pub verdef: Option<(usize, usize)>,
+    /// `DT_RELA`/`DT_REL` and `DT_JMPREL`, in that order; either may be absent.
+    pub relocs: Vec<RelocTable>,
+}
+
+/// `Elf64_Rel` (goblin's is not `Copy`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Rel {
+    pub r_offset: u64,
+    pub r_info: u64,
+}
+
+/// `Elf64_Verneed`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Verneed {
+    pub vn_version: u16,
+    pub vn_cnt: u16,
+    pub vn_file: u32,
+    pub vn_aux: u32,
+    pub vn_next: u32,
+}
+
+/// `Elf64_Vernaux`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Vernaux {
+    pub vna_hash: u32,
+    pub vna_flags: u16,
+    pub vna_other: u16,
+    pub vna_name: u32,
+    pub vna_next: u32,
+}
+
+/// `Elf64_Verdef`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Verdef {
+    pub vd_version: u16,
+    pub vd_flags: u16,
+    pub vd_ndx: u16,
+    pub vd_cnt: u16,
+    pub vd_hash: u32,
+    pub vd_aux: u32,
+    pub vd_next: u32,
+}
+
+/// `Elf64_Verdaux`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Verdaux {
+    pub vda_name: u32,
+    pub vda_next: u32,
+}
+
+/// Upper bound on dynamic entries we read (real objects have a few dozen).
+const MAX_DYN: usize = 4096;
+
+impl DynamicTables {
+    /// Read the object's dynamic section. `Ok(None)`: the object has none (static executable,
+    /// some vDSOs). `Err`: the section exists but its tables cannot be located.
+    pub fn read(obj: &LoadedObject) -> Result<Option<DynamicTables>> {
+        let Some(ph) = obj.phdr(PT_DYNAMIC) else {
+            return Ok(None);
+        };
+        let img = Image::new(obj);
+        let bad = |reason| Error::BadObject {
+            object: obj.display_name().to_owned(),
+            reason,
+        };
+        let dyn_addr = obj.base.wrapping_add(ph.p_vaddr as usize);
+        let mut t = DynamicTables {
+            syment: std::mem::size_of::<goblin::elf64::sym::Sym>(),
+            ..Default::default()
+        };
+        let (mut rela, mut relasz, mut relaent) = (None, 0usize, 0usize);
+        let (mut rel, mut relsz, mut relent) = (None, 0usize, 0usize);
+        let (mut jmprel, mut pltrelsz, mut pltrel) = (None, 0usize, 0u64);
+        let (mut verneed, mut verneednum, mut verdef, mut verdefnum) = (None, 0usize, None, 0usize);
+        let (mut strtab, mut symtab) = (None, None);
+        for i in 0..MAX_DYN {
+            let d: Dyn = img
+                .read(dyn_addr + i * std::mem::size_of::<Dyn>())
+                .ok_or(bad("dynamic section not readable"))?;
+            let v = d.d_val as usize;
+            match d.d_tag {
+                DT_NULL => break,
+                DT_STRTAB => strtab = Some(v),
+                DT_STRSZ => t.strsz = v,
+                DT_SYMTAB => symtab = Some(v),
+                DT_SYMENT => t.syment = v,
+                DT_RELA => rela = Some(v),
+                DT_RELASZ => relasz = v,
+                DT_RELAENT => relaent = v,
+                DT_REL => rel = Some(v),
+                DT_RELSZ => relsz = v,
+                DT_RELENT => relent = v,
+                DT_JMPREL => jmprel = Some(v),
+                DT_PLTRELSZ => pltrelsz = v,
+                DT_PLTREL => pltrel = d.d_val,
+                DT_VERSYM => t.versym = Some(v),
+                DT_VERNEED => verneed = Some(v),
+                DT_VERNEEDNUM => verneednum = v,
+                DT_VERDEF => verdef = Some(v),
+                DT_VERDEFNUM => verdefnum = v,
+                _ => {}
+            }
+        }
+        let fix = |v: Option<usize>, what| -> Result<Option<usize>> {
+            match v {
+                None => Ok(None),
+                Some(v) => absolute(obj, v).map(Some).ok_or(bad(what)),
+            }
+        };
+        let (Some(strtab), Some(symtab)) = (
+            fix(strtab, "DT_STRTAB points outside the object")?,
+            fix(symtab, "DT_SYMTAB points outside the object")?,
+        ) else {
+            // No symbol table: nothing can be imported by name, so there is nothing to patch.
+            return Ok(Some(t));
+        };
+        t.strtab = strtab;
+        t.symtab = symtab;
+        t.versym = fix(t.versym, "DT_VERSYM points outside the object")?;
+        t.verneed = fix(verneed, "DT_VERNEED points outside the object")?.map(|a| (a, verneednum));
+        t.verdef = fix(verdef, "DT_VERDEF points outside the object")?.map(|a| (a, verdefnum));
+        if let Some(addr) = fix(rela, "DT_RELA points outside the object")? {
+            t.relocs.push(RelocTable {
+                addr,
+                size: relasz,
+                entsize: relaent.max(1),
+                rela: true,
+            });
+        }
+        if let Some(addr) = fix(rel, "DT_REL points outside the object")? {
+            t.relocs.push(RelocTable {
+                addr,
+                size: relsz,
+                entsize: relent.max(1),
+                rela: false,
+            });
+        }
+        if let Some(addr) = fix(jmprel, "DT_JMPREL points outside the object")? {
+            let is_rela = match pltrel {
+                p if p == DT_RELA => true,
+                p if p == DT_REL => false,
+                _ => return Err(bad("DT_PLTREL is neither DT_RELA nor DT_REL")),
+            };
+            let entsize = if is_rela {
+                std::mem::size_of::<goblin::elf64::reloc::Rela>()
+            } else {
+                std::mem::size_of::<Rel>()
+            };
+            t.relocs.push(RelocTable {
+                addr,
+                size: pltrelsz,
+                entsize,
+                rela: is_rela,
+            });
+        }
+        Ok(Some(t))
+    }
+}
+
+/// Turn a `d_ptr` value into an absolute address. glibc on x86_64 relocates most `d_ptr`
+/// entries in place (absolute), while the vDSO and some loaders leave them base-relative: decide
+/// by which reading lands inside the object's mapped segments.
+pub fn absolute(obj: &LoadedObject, value: usize) -> Option<usize> {
+    if obj.contains(value) {
+        Some(value)
+    } else {
+        let rebased = value.wrapping_add(obj.base);
+        obj.contains(rebased).then_some(rebased)
+    }
+}

@@ -1,0 +1,328 @@
+//! Per-object index: symbol name → every GOT slot that relocates to it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use goblin::elf::reloc::{
+    R_AARCH64_ABS64, R_AARCH64_GLOB_DAT, R_AARCH64_JUMP_SLOT, R_X86_64_64, R_X86_64_GLOB_DAT,
+    R_X86_64_JUMP_SLOT,
+};
+use goblin::elf::section_header::SHN_UNDEF;
+use goblin::elf64::reloc::{r_sym, r_type, Rela};
+use goblin::elf64::sym::Sym;
+
+use super::dynamic::{DynamicTables, Rel, RelocTable, Verdaux, Verdef, Vernaux, Verneed};
+use super::image::Image;
+use super::snapshot::LoadedObject;
+use crate::Result;
+
+/// Which kind of relocation fills a slot. Only these three ever name a function we can hook.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RelocKind {
+    /// PLT slot (`R_*_JUMP_SLOT`), possibly lazily bound.
+    JumpSlot = 1,
+    /// GOT entry (`R_*_GLOB_DAT`): address-taken functions, `-fno-plt` calls.
+    GlobDat = 2,
+    /// Absolute 64-bit pointer with addend 0 (`R_X86_64_64`): function pointers in data tables.
+    Abs64 = 3,
+}
+
+impl RelocKind {
+    fn from_type(t: u32) -> Option<RelocKind> {
+        match t {
+            R_X86_64_JUMP_SLOT if cfg!(target_arch = "x86_64") => Some(RelocKind::JumpSlot),
+            R_X86_64_GLOB_DAT if cfg!(target_arch = "x86_64") => Some(RelocKind::GlobDat),
+            R_X86_64_64 if cfg!(target_arch = "x86_64") => Some(RelocKind::Abs64),
+            R_AARCH64_JUMP_SLOT if cfg!(target_arch = "aarch64") => Some(RelocKind::JumpSlot),
+            R_AARCH64_GLOB_DAT if cfg!(target_arch = "aarch64") => Some(RelocKind::GlobDat),
+            R_AARCH64_ABS64 if cfg!(target_arch = "aarch64") => Some(RelocKind::Abs64),
+            _ => None,
+        }
+    }
+
+    /// The ELF name, as `readelf -r` prints it (without the machine prefix).
+    pub const fn name(self) -> &'static str {
+        match self {
+            RelocKind::JumpSlot => "JUMP_SLOT",
+            RelocKind::GlobDat => "GLOB_DAT",
+            RelocKind::Abs64 => "ABS64",
+        }
+    }
+}
+
+impl fmt::Display for RelocKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One slot of one object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// Absolute address of the 8-byte slot.
+    pub address: usize,
+    pub kind: RelocKind,
+    /// The symbol is defined in this very object (self-reference through the GOT).
+    pub defined_here: bool,
+    /// For an undefined symbol with a nonzero value (a non-PIE executable's canonical PLT entry
+    /// for an address-taken function): that absolute address. Other objects' slots bound to it
+    /// reach the function through this executable's own slot.
+    pub canonical_plt: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    name: (u32, u32),
+    version: Option<(u32, u32)>,
+    slot: Slot,
+}
+
+/// Symbol name → slots, for one object. Names are copied into one arena, so the index stays
+/// readable even if the object is unloaded later (it is then simply stale).
+pub struct ObjectIndex {
+    pub object: Arc<LoadedObject>,
+    entries: Vec<Entry>,
+    arena: Vec<u8>,
+}
+
+impl fmt::Debug for ObjectIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectIndex")
+            .field("object", &self.object.display_name())
+            .field("slots", &self.entries.len())
+            .finish()
+    }
+}
+
+/// Longest symbol or version name we accept.
+const MAX_SYMBOL: usize = 4096;
+
+impl ObjectIndex {
+    /// Read the object's relocation tables and index every hookable slot.
+    pub fn build(object: Arc<LoadedObject>) -> Result<ObjectIndex> {
+        let mut idx = ObjectIndex {
+            object: object.clone(),
+            entries: Vec::new(),
+            arena: Vec::new(),
+        };
+        let Some(tables) = DynamicTables::read(&object)? else {
+            return Ok(idx);
+        };
+        if tables.symtab == 0 {
+            return Ok(idx);
+        }
+        let img = Image::new(&object);
+        let versions = VersionNames::read(&img, &tables);
+        for table in &tables.relocs {
+            for (offset, info, addend) in relocations(&img, table) {
+                let Some(kind) = RelocKind::from_type(r_type(info)) else {
+                    continue;
+                };
+                let sym_index = r_sym(info) as usize;
+                if sym_index == 0 || (kind == RelocKind::Abs64 && (!table.rela || addend != 0)) {
+                    continue;
+                }
+                let address = object.base.wrapping_add(offset as usize);
+                if !address.is_multiple_of(std::mem::align_of::<usize>())
+                    || !object.contains_range(address, 8)
+                {
+                    continue;
+                }
+                let Some(sym) = img.read::<Sym>(tables.symtab + sym_index * tables.syment) else {
+                    continue;
+                };
+                let Some(name) = tables.string(&img, sym.st_name as usize) else {
+                    continue;
+                };
+                if name.is_empty() {
+                    continue;
+                }
+                let defined_here = sym.st_shndx as u32 != SHN_UNDEF;
+                let canonical_plt = (!defined_here && sym.st_value != 0)
+                    .then(|| object.base.wrapping_add(sym.st_value as usize));
+                let version = tables
+                    .versym
+                    .and_then(|vs| img.read::<u16>(vs + sym_index * 2))
+                    .and_then(|v| versions.name_of(v & 0x7fff));
+                let name = idx.intern(name);
+                let version = version.map(|v| idx.intern(v));
+                idx.entries.push(Entry {
+                    name,
+                    version,
+                    slot: Slot {
+                        address,
+                        kind,
+                        defined_here,
+                        canonical_plt,
+                    },
+                });
+            }
+        }
+        // DT_RELA may cover DT_JMPREL on some linkers: keep each slot once.
+        let arena = std::mem::take(&mut idx.arena);
+        idx.entries.sort_by(|a, b| {
+            name_of(&arena, a.name)
+                .cmp(name_of(&arena, b.name))
+                .then(a.slot.address.cmp(&b.slot.address))
+        });
+        idx.entries.dedup_by_key(|e| e.slot.address);
+        idx.arena = arena;
+        Ok(idx)
+    }
+
+    fn intern(&mut self, s: &[u8]) -> (u32, u32) {
+        let off = self.arena.len() as u32;
+        self.arena.extend_from_slice(s);
+        (off, s.len() as u32)
+    }
+
+    /// Every slot of `symbol`; with `version`, only imports of exactly that version.
+    pub fn slots<'s>(
+        &'s self,
+        symbol: &'s str,
+        version: Option<&'s str>,
+    ) -> impl Iterator<Item = Slot> + 's {
+        let key = symbol.as_bytes();
+        let start = self
+            .entries
+            .partition_point(|e| name_of(&self.arena, e.name) < key);
+        self.entries[start..]
+            .iter()
+            .take_while(move |e| name_of(&self.arena, e.name) == key)
+            .filter(move |e| match version {
+                None => true,
+                Some(v) => e.version.map(|r| name_of(&self.arena, r)) == Some(v.as_bytes()),
+            })
+            .map(|e| e.slot)
+    }
+
+    /// The import version of the slot at `address`, if the object uses versioning.
+    pub fn version_of(&self, address: usize) -> Option<&str> {
+        let e = self.entries.iter().find(|e| e.slot.address == address)?;
+        e.version
+            .and_then(|v| std::str::from_utf8(name_of(&self.arena, v)).ok())
+    }
+
+    /// Number of hookable slots.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// No hookable slot at all.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Every (symbol, version, slot), in symbol order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, Option<&str>, Slot)> + '_ {
+        self.entries.iter().map(|e| {
+            let name = std::str::from_utf8(name_of(&self.arena, e.name)).unwrap_or("?");
+            let ver = e
+                .version
+                .and_then(|v| std::str::from_utf8(name_of(&self.arena, v)).ok());
+            (name, ver, e.slot)
+        })
+    }
+}
+
+fn name_of(arena: &[u8], (off, len): (u32, u32)) -> &[u8] {
+    &arena[off as usize..(off + len) as usize]
+}
+
+impl DynamicTables {
+    fn string<'a>(&self, img: &Image<'a>, offset: usize) -> Option<&'a [u8]> {
+        if offset >= self.strsz && self.strsz != 0 {
+            return None;
+        }
+        let max = if self.strsz == 0 {
+            MAX_SYMBOL
+        } else {
+            (self.strsz - offset).min(MAX_SYMBOL)
+        };
+        img.c_str(self.strtab + offset, max)
+    }
+}
+
+/// (r_offset, r_info, addend) of every entry of a table; REL entries report addend 0.
+fn relocations<'a>(
+    img: &'a Image<'a>,
+    t: &'a RelocTable,
+) -> impl Iterator<Item = (u64, u64, i64)> + 'a {
+    let n = t.size / t.entsize;
+    (0..n).map_while(move |i| {
+        let at = t.addr + i * t.entsize;
+        if t.rela {
+            img.read::<Rela>(at)
+                .map(|r| (r.r_offset, r.r_info, r.r_addend))
+        } else {
+            img.read::<Rel>(at).map(|r| (r.r_offset, r.r_info, 0))
+        }
+    })
+}
+
+/// Version index → version name, from `DT_VERNEED` (imports) and `DT_VERDEF` (own definitions).
+struct VersionNames<'a> {
+    names: Vec<(u16, &'a [u8])>,
+}
+
+/// Upper bound on version records walked (guards against corrupt `vn_next` chains).
+const MAX_VERSIONS: usize = 4096;
+
+impl<'a> VersionNames<'a> {
+    fn read(img: &Image<'a>, t: &DynamicTables) -> VersionNames<'a> {
+        let mut names = Vec::new();
+        if let Some((mut at, count)) = t.verneed {
+            for _ in 0..count.min(MAX_VERSIONS) {
+                let Some(vn) = img.read::<Verneed>(at) else {
+                    break;
+                };
+                let mut aux_at = at + vn.vn_aux as usize;
+                for _ in 0..(vn.vn_cnt as usize).min(MAX_VERSIONS) {
+                    let Some(aux) = img.read::<Vernaux>(aux_at) else {
+                        break;
+                    };
+                    if let Some(name) = t.string(img, aux.vna_name as usize) {
+                        names.push((aux.vna_other & 0x7fff, name));
+                    }
+                    if aux.vna_next == 0 {
+                        break;
+                    }
+                    aux_at += aux.vna_next as usize;
+                }
+                if vn.vn_next == 0 {
+                    break;
+                }
+                at += vn.vn_next as usize;
+            }
+        }
+        if let Some((mut at, count)) = t.verdef {
+            for _ in 0..count.min(MAX_VERSIONS) {
+                let Some(vd) = img.read::<Verdef>(at) else {
+                    break;
+                };
+                if let Some(aux) = img.read::<Verdaux>(at + vd.vd_aux as usize) {
+                    if let Some(name) = t.string(img, aux.vda_name as usize) {
+                        names.push((vd.vd_ndx & 0x7fff, name));
+                    }
+                }
+                if vd.vd_next == 0 {
+                    break;
+                }
+                at += vd.vd_next as usize;
+            }
+        }
+        VersionNames { names }
+    }
+
+    /// Indexes 0 and 1 mean local / unversioned global.
+    fn name_of(&self, index: u16) -> Option<&'a [u8]> {
+        if index < 2 {
+            return None;
+        }
+        self.names
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map(|(_, n)| *n)
+    }
+}

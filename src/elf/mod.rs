@@ -1,0 +1,13 @@
+//! READ side of the engine: which objects are loaded, and where their GOT slots are.
+//!
+//! Nothing here writes to memory or calls into the dynamic loader other than through
+//! `dl_iterate_phdr`, so it can run while other threads load and call code.
+
+mod dynamic;
+mod image;
+mod index;
+mod snapshot;
+
+pub use dynamic::{absolute, DynamicTables, RelocTable};
+pub use index::{ObjectIndex, RelocKind, Slot};
+pub use snapshot::{counters, snapshot, Counters, LoadedObject, Snapshot};

@@ -1,0 +1,60 @@
+//! What the engine noticed: objects it skipped, slots it refused to patch, slots someone else
+//! re-patched. Bounded lists, so a pathological process cannot grow them without limit.
+
+use super::skip::SkipReason;
+
+/// Most entries kept per list.
+pub const MAX_ENTRIES: usize = 256;
+
+/// A slot bound to a different definition than the hook's original: patching it would route
+/// that object's calls to the wrong function, so it was left alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    pub object: String,
+    pub symbol: String,
+    pub address: usize,
+    /// What the slot is bound to.
+    pub bound_to: usize,
+    /// The hook's original.
+    pub original: usize,
+}
+
+/// A slot that no longer held our replacement at uninstall: someone patched it after us, so it
+/// was left as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignSlot {
+    pub object: String,
+    pub symbol: String,
+    pub address: usize,
+    pub found: usize,
+    pub ours: usize,
+}
+
+/// Everything the engine reports about its work so far.
+#[derive(Debug, Clone, Default)]
+pub struct Diagnostics {
+    /// Objects never patched, and why.
+    pub skipped: Vec<(String, SkipReason)>,
+    /// Objects that could not be pinned (for example loaded into another `dlmopen` namespace)
+    /// and were therefore not patched.
+    pub unpinnable: Vec<String>,
+    /// Objects whose tables could not be read, with the reason.
+    pub unreadable: Vec<String>,
+    pub conflicts: Vec<Conflict>,
+    pub foreign: Vec<ForeignSlot>,
+    /// Slots overwritten by a concurrent lazy-binding resolution and patched again.
+    pub resolver_races: u64,
+    /// Objects indexed so far.
+    pub objects_indexed: u64,
+    /// Incremental scans for new objects.
+    pub rescans: u64,
+    /// Loader events that found the engine busy for too long and were left to the running
+    /// operation's catch-up scan.
+    pub deferred_scans: u64,
+}
+
+pub(crate) fn push_bounded<T: PartialEq>(list: &mut Vec<T>, item: T) {
+    if list.len() < MAX_ENTRIES && !list.contains(&item) {
+        list.push(item);
+    }
+}

@@ -1,0 +1,539 @@
+//! The engine: installed hook sets, the journal, the object cache, and the operations that
+//! patch and restore slots. One lock (the patch lock) serialises every operation.
+
+use std::cell::Cell;
+use std::ffi::CStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::elf::{self, Counters, LoadedObject, ObjectIndex, Slot};
+use crate::patch::{compare_and_write, read_slot, Journal, JournalEntry, ProtectionMap, SlotWrite};
+use crate::{Error, Result};
+
+use super::diagnostics::{push_bounded, Conflict, Diagnostics, ForeignSlot};
+use super::loader::{clear_dlerror, lookup_global, Pin};
+use super::set::{Hook, HookSet};
+use super::skip::{exclude_list, skip_reason};
+
+struct InstalledSet {
+    id: u64,
+    set: HookSet,
+    refs: usize,
+}
+
+pub(crate) struct State {
+    sets: Vec<InstalledSet>,
+    pub(crate) journal: Journal,
+    known: Vec<Arc<ObjectIndex>>,
+    last_counters: Counters,
+    pub(crate) diag: Diagnostics,
+    next_id: u64,
+}
+
+static STATE: spin::Mutex<State> = spin::Mutex::new(State {
+    sets: Vec::new(),
+    journal: Journal::new(),
+    known: Vec::new(),
+    last_counters: Counters { adds: 0, subs: 0 },
+    diag: Diagnostics::new(),
+    next_id: 1,
+});
+
+thread_local! {
+    /// Set while this thread runs an engine operation: loader calls made by the operation (and
+    /// constructors or destructors they run) must not start another one.
+    static IN_OPERATION: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Exclusive access to the engine for one operation.
+pub(crate) struct Operation {
+    guard: spin::MutexGuard<'static, State>,
+}
+
+impl Operation {
+    /// Wait for the patch lock; `None` on this thread's re-entry or after `patience` elapsed.
+    pub(crate) fn begin(patience: Option<Duration>) -> Option<Operation> {
+        if IN_OPERATION.with(|f| f.get()) {
+            return None;
+        }
+        let start = Instant::now();
+        let guard = loop {
+            if let Some(g) = STATE.try_lock() {
+                break g;
+            }
+            if patience.is_some_and(|p| start.elapsed() >= p) {
+                return None;
+            }
+            std::thread::yield_now();
+        };
+        IN_OPERATION.with(|f| f.set(true));
+        Some(Operation { guard })
+    }
+
+    pub(crate) fn state(&mut self) -> &mut State {
+        &mut self.guard
+    }
+}
+
+impl Drop for Operation {
+    fn drop(&mut self) {
+        clear_dlerror();
+        IN_OPERATION.with(|f| f.set(false));
+    }
+}
+
+fn busy() -> Error {
+    Error::Busy
+}
+
+/// Install `set` into every loaded object; see [`crate::hooks::install`].
+pub(crate) fn install(set: &HookSet) -> Result<u64> {
+    let mut op = Operation::begin(None).ok_or_else(busy)?;
+    let st = op.state();
+    if let Some(s) = st.sets.iter_mut().find(|s| s.set.same_as(set)) {
+        s.refs += 1;
+        return Ok(s.id);
+    }
+    let id = st.next_id;
+    st.next_id += 1;
+    st.sets.push(InstalledSet {
+        id,
+        set: set.clone(),
+        refs: 1,
+    });
+    let snap = elf::snapshot();
+    let (all, _new) = st.refresh(&snap.objects);
+    st.last_counters = snap.counters;
+    st.patch(&[id], &all);
+    st.catch_up();
+    Ok(id)
+}
+
+/// Patch objects loaded since the last scan with every installed set. Cheap when nothing was
+/// loaded (one `dl_iterate_phdr` step). `patience`: how long to wait for a busy engine.
+pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
+    let Some(mut op) = Operation::begin(patience) else {
+        if let Some(mut st) = STATE.try_lock() {
+            st.diag.deferred_scans += 1;
+        }
+        return Err(busy());
+    };
+    Ok(op.state().catch_up())
+}
+
+/// Forget objects that were unloaded (after `dlclose`).
+pub(crate) fn forget_unloaded(patience: Option<Duration>) -> Result<usize> {
+    let mut op = Operation::begin(patience).ok_or_else(busy)?;
+    let st = op.state();
+    let snap = elf::snapshot();
+    let before = st.known.len();
+    st.refresh(&snap.objects);
+    st.last_counters = snap.counters;
+    let forgotten = before.saturating_sub(st.known.len());
+    st.catch_up();
+    Ok(forgotten)
+}
+
+/// Result of an uninstall.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UninstallReport {
+    /// Slots put back to their pre-install value.
+    pub restored: usize,
+    /// Slots that held someone else's value and were left alone.
+    pub foreign: Vec<ForeignSlot>,
+    /// Slots in objects that were unloaded meanwhile (nothing to write).
+    pub gone: usize,
+    /// The set is still installed by other installations (install was called more than once).
+    pub still_referenced: bool,
+}
+
+pub(crate) fn uninstall(id: u64) -> Result<UninstallReport> {
+    let mut op = Operation::begin(None).ok_or_else(busy)?;
+    let st = op.state();
+    let pos = st
+        .sets
+        .iter()
+        .position(|s| s.id == id)
+        .ok_or(Error::NotInstalled)?;
+    st.sets[pos].refs -= 1;
+    if st.sets[pos].refs > 0 {
+        return Ok(UninstallReport {
+            still_referenced: true,
+            ..Default::default()
+        });
+    }
+    st.sets.remove(pos);
+    let entries = st.journal.take_set(id);
+    let snap = elf::snapshot();
+    let loaded = |o: &LoadedObject| {
+        snap.objects
+            .iter()
+            .any(|s| s.base == o.base && s.name == o.name)
+    };
+    let mut pins: Vec<(usize, String, Pin)> = Vec::new();
+    let mut report = UninstallReport::default();
+    let mut writable = Vec::new();
+    for e in entries {
+        let pinned = pins
+            .iter()
+            .any(|(b, n, _)| *b == e.object.base && *n == e.object.name)
+            || (loaded(&e.object)
+                && Pin::object(&e.object)
+                    .map(|p| pins.push((e.object.base, e.object.name.clone(), p)))
+                    .is_some());
+        if pinned {
+            writable.push(e);
+        } else {
+            report.gone += 1;
+        }
+    }
+    let maps = protection_map(writable.iter().map(|e| e.address))?;
+    for e in writable {
+        // SAFETY: the object is pinned and the slot was an aligned GOT slot when we patched it;
+        // we hold the patch lock.
+        #[allow(unsafe_code)]
+        let outcome =
+            unsafe { compare_and_write(&maps, e.object.display_name(), e.address, e.new, e.old) }?;
+        match outcome {
+            SlotWrite::Written { .. } => report.restored += 1,
+            SlotWrite::Mismatch { actual } => {
+                let f = ForeignSlot {
+                    object: e.object.display_name().to_owned(),
+                    symbol: e.symbol.to_string(),
+                    address: e.address,
+                    found: actual,
+                    ours: e.new,
+                };
+                push_bounded(&mut st.diag.foreign, f.clone());
+                report.foreign.push(f);
+            }
+        }
+    }
+    drop(pins);
+    Ok(report)
+}
+
+fn protection_map(addresses: impl Iterator<Item = usize>) -> Result<ProtectionMap> {
+    let (mut lo, mut hi) = (usize::MAX, 0usize);
+    for a in addresses {
+        lo = lo.min(a);
+        hi = hi.max(a + 8);
+    }
+    if lo >= hi {
+        return Ok(ProtectionMap::default());
+    }
+    ProtectionMap::read(lo, hi)
+}
+
+/// One slot write decided before any write is made.
+struct Plan {
+    set_id: u64,
+    index: Arc<ObjectIndex>,
+    hook: Hook,
+    slot: Slot,
+    expected: usize,
+    original: usize,
+}
+
+impl State {
+    /// Sync the object cache with the loader's list: drop what was unloaded (and its journal
+    /// entries: those slots no longer exist), index what is new. Returns (all, new).
+    fn refresh(
+        &mut self,
+        objects: &[Arc<LoadedObject>],
+    ) -> (Vec<Arc<ObjectIndex>>, Vec<Arc<ObjectIndex>>) {
+        let same = |a: &LoadedObject, b: &LoadedObject| a.base == b.base && a.name == b.name;
+        self.known
+            .retain(|k| objects.iter().any(|o| same(o, &k.object)));
+        self.journal
+            .forget_objects(|o| !objects.iter().any(|s| same(s, o)));
+        let exclude = exclude_list();
+        let (mut all, mut new) = (Vec::new(), Vec::new());
+        for obj in objects {
+            if let Some(k) = self.known.iter().find(|k| same(&k.object, obj)) {
+                all.push(k.clone());
+                continue;
+            }
+            if let Some(reason) = skip_reason(obj, &exclude) {
+                push_bounded(
+                    &mut self.diag.skipped,
+                    (obj.display_name().to_owned(), reason),
+                );
+                continue;
+            }
+            match ObjectIndex::build(obj.clone()) {
+                Ok(idx) => {
+                    let idx = Arc::new(idx);
+                    self.diag.objects_indexed += 1;
+                    self.known.push(idx.clone());
+                    all.push(idx.clone());
+                    new.push(idx);
+                }
+                Err(e) => push_bounded(&mut self.diag.unreadable, e.to_string()),
+            }
+        }
+        (all, new)
+    }
+
+    /// Patch objects loaded since the last scan until the loader's counters stop moving.
+    fn catch_up(&mut self) -> usize {
+        let mut patched = 0;
+        for _ in 0..16 {
+            let counters = elf::counters();
+            if counters == self.last_counters {
+                break;
+            }
+            self.diag.rescans += 1;
+            let snap = elf::snapshot();
+            let (_, new) = self.refresh(&snap.objects);
+            self.last_counters = snap.counters;
+            let ids: Vec<u64> = self.sets.iter().map(|s| s.id).collect();
+            patched += self.patch(&ids, &new);
+        }
+        patched
+    }
+
+    /// Apply the given sets to the given objects. Errors on single slots are recorded in the
+    /// diagnostics and do not stop the other slots.
+    fn patch(&mut self, set_ids: &[u64], objects: &[Arc<ObjectIndex>]) -> usize {
+        if objects.is_empty() || set_ids.is_empty() {
+            return 0;
+        }
+        let mut pinned: Vec<(Arc<ObjectIndex>, Pin)> = Vec::new();
+        for idx in objects {
+            match Pin::object(&idx.object) {
+                Some(pin) => pinned.push((idx.clone(), pin)),
+                None => push_bounded(
+                    &mut self.diag.unpinnable,
+                    idx.object.display_name().to_owned(),
+                ),
+            }
+        }
+        let mut plans = Vec::new();
+        for &id in set_ids {
+            let Some(hooks) = self
+                .sets
+                .iter()
+                .find(|s| s.id == id)
+                .map(|s| s.set.hooks.clone())
+            else {
+                continue;
+            };
+            for hook in &hooks {
+                self.plan_hook(id, hook, &pinned, &mut plans);
+            }
+        }
+        self.write(plans, &pinned)
+    }
+
+    fn plan_hook(
+        &mut self,
+        set_id: u64,
+        hook: &Hook,
+        pinned: &[(Arc<ObjectIndex>, Pin)],
+        plans: &mut Vec<Plan>,
+    ) {
+        let resolver = Resolver::new(hook, pinned, &self.known);
+        let mut original = resolver.definition(hook.version.as_deref(), None);
+        let first = plans.len();
+        for (idx, pin) in pinned {
+            for slot in idx.slots(hook.symbol(), hook.version()) {
+                if self.journal.contains(set_id, slot.address) {
+                    continue;
+                }
+                // SAFETY: the slot lies in a pinned object and was validated by the index.
+                #[allow(unsafe_code)]
+                let value = unsafe { read_slot(slot.address) };
+                if value == hook.replacement {
+                    continue;
+                }
+                let bound = resolver.binding(value, slot, idx, pin);
+                if original == 0 {
+                    original = bound;
+                }
+                if bound != original || bound == 0 {
+                    let c = Conflict {
+                        object: idx.object.display_name().to_owned(),
+                        symbol: hook.symbol().to_owned(),
+                        address: slot.address,
+                        bound_to: bound,
+                        original,
+                    };
+                    push_bounded(&mut self.diag.conflicts, c);
+                    continue;
+                }
+                plans.push(Plan {
+                    set_id,
+                    index: idx.clone(),
+                    hook: hook.clone(),
+                    slot,
+                    expected: value,
+                    original,
+                });
+            }
+        }
+        // Publish the original before any slot can route a call to the replacement.
+        if original != 0 && (plans.len() > first || hook.original.get() == 0) {
+            hook.original.set(original);
+        }
+    }
+
+    fn write(&mut self, plans: Vec<Plan>, pinned: &[(Arc<ObjectIndex>, Pin)]) -> usize {
+        let maps = match protection_map(plans.iter().map(|p| p.slot.address)) {
+            Ok(m) => m,
+            Err(e) => {
+                push_bounded(&mut self.diag.unreadable, e.to_string());
+                return 0;
+            }
+        };
+        let mut written = 0;
+        for p in plans {
+            let name = p.index.object.display_name();
+            let mut expected = p.expected;
+            // One retry: a concurrent lazy-binding resolution may have just filled the slot.
+            for _ in 0..2 {
+                // SAFETY: pinned object, validated aligned slot, patch lock held.
+                #[allow(unsafe_code)]
+                let outcome = unsafe {
+                    compare_and_write(&maps, name, p.slot.address, expected, p.hook.replacement)
+                };
+                match outcome {
+                    Ok(SlotWrite::Written { protection }) => {
+                        self.journal.record(JournalEntry {
+                            set_id: p.set_id,
+                            object: p.index.object.clone(),
+                            symbol: Arc::from(p.hook.symbol()),
+                            address: p.slot.address,
+                            kind: p.slot.kind,
+                            old: expected,
+                            new: p.hook.replacement,
+                            protection,
+                        });
+                        written += 1;
+                        break;
+                    }
+                    Ok(SlotWrite::Mismatch { actual }) => {
+                        let pin = pinned
+                            .iter()
+                            .find(|(i, _)| Arc::ptr_eq(i, &p.index))
+                            .map(|(_, pin)| pin);
+                        let rebound = pin.map(|pin| {
+                            Resolver::new(&p.hook, pinned, &self.known)
+                                .binding(actual, p.slot, &p.index, pin)
+                        });
+                        if actual == p.hook.replacement || rebound != Some(p.original) {
+                            break;
+                        }
+                        self.diag.resolver_races += 1;
+                        expected = actual;
+                    }
+                    Err(e) => {
+                        push_bounded(&mut self.diag.unreadable, e.to_string());
+                        break;
+                    }
+                }
+            }
+        }
+        written
+    }
+
+    /// Every live patch.
+    pub(crate) fn entries(&self) -> &[JournalEntry] {
+        self.journal.entries()
+    }
+
+    pub(crate) fn set_name(&self, id: u64) -> Option<&str> {
+        self.sets.iter().find(|s| s.id == id).map(|s| s.set.name())
+    }
+
+    pub(crate) fn installed_ids(&self) -> Vec<u64> {
+        self.sets.iter().map(|s| s.id).collect()
+    }
+}
+
+/// Finds the function a symbol really resolves to, never a PLT stub.
+struct Resolver<'a> {
+    symbol: &'a CStr,
+    pinned: &'a [(Arc<ObjectIndex>, Pin)],
+    /// Canonical PLT entries (non-PIE executables) of this symbol: addresses that *look* like
+    /// the function but jump through a GOT slot we may have patched.
+    canonical: Vec<usize>,
+}
+
+impl<'a> Resolver<'a> {
+    fn new(
+        hook: &'a Hook,
+        pinned: &'a [(Arc<ObjectIndex>, Pin)],
+        known: &[Arc<ObjectIndex>],
+    ) -> Self {
+        let canonical = known
+            .iter()
+            .flat_map(|i| {
+                i.slots(hook.symbol(), None)
+                    .filter_map(|s| s.canonical_plt)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        Resolver {
+            symbol: &hook.symbol,
+            pinned,
+            canonical,
+        }
+    }
+
+    /// The definition the loader would bind: global scope first, then the importer's own
+    /// scope (objects loaded `RTLD_LOCAL`), skipping canonical PLT entries.
+    fn definition(&self, version: Option<&CStr>, importer: Option<&Pin>) -> usize {
+        let mut found = lookup_global(self.symbol, version);
+        if found == 0 {
+            if let Some(pin) = importer {
+                found = pin.lookup(self.symbol, version);
+            }
+        }
+        if found != 0 && self.canonical.contains(&found) {
+            found = self
+                .pinned
+                .iter()
+                .filter(|(i, _)| i.object.position != 0)
+                .map(|(_, p)| p.lookup(self.symbol, version))
+                .find(|&a| a != 0 && !self.canonical.contains(&a))
+                .unwrap_or(0);
+        }
+        found
+    }
+
+    /// What a slot holding `value` is bound to. A value inside the importer itself is its
+    /// lazy PLT stub (or its own canonical entry): resolve in the importer's scope instead.
+    fn binding(&self, value: usize, slot: Slot, importer: &ObjectIndex, pin: &Pin) -> usize {
+        if importer.object.contains(value) || self.canonical.contains(&value) {
+            let version = importer
+                .version_of(slot.address)
+                .and_then(|v| std::ffi::CString::new(v).ok());
+            self.definition(version.as_deref(), Some(pin))
+        } else {
+            value
+        }
+    }
+}
+
+impl Diagnostics {
+    pub(crate) const fn new() -> Diagnostics {
+        Diagnostics {
+            skipped: Vec::new(),
+            unpinnable: Vec::new(),
+            unreadable: Vec::new(),
+            conflicts: Vec::new(),
+            foreign: Vec::new(),
+            resolver_races: 0,
+            objects_indexed: 0,
+            rescans: 0,
+            deferred_scans: 0,
+        }
+    }
+}
+
+/// Read-only access for listings.
+pub(crate) fn with_state<R>(f: impl FnOnce(&State) -> R) -> Option<R> {
+    let mut op = Operation::begin(None)?;
+    Some(f(op.state()))
+}

@@ -1,0 +1,143 @@
+//! WHAT to patch: hook sets, installing them into every loaded object, putting everything back.
+//!
+//! ```no_run
+//! use std::sync::atomic::AtomicUsize;
+//! static REAL_GETPID: AtomicUsize = AtomicUsize::new(0);
+//! extern "C" fn my_getpid() -> libc::pid_t {
+//!     let real: extern "C" fn() -> libc::pid_t =
+//!         unsafe { std::mem::transmute(REAL_GETPID.load(std::sync::atomic::Ordering::Acquire)) };
+//!     real()
+//! }
+//! let hook = cuhook::hooks::Hook::new("getpid", my_getpid as usize, &REAL_GETPID).unwrap();
+//! let set = cuhook::hooks::HookSet::new("demo", vec![hook]).unwrap();
+//! let installed = cuhook::hooks::install(&set).unwrap();
+//! // ... every object that imports getpid now calls my_getpid ...
+//! installed.uninstall().unwrap();
+//! ```
+//!
+//! Lock order: the patch lock is taken first and may be held while calling the dynamic loader
+//! (`dlopen(RTLD_NOLOAD)` pins, `dlsym`). Loader interposers therefore never wait for it
+//! without a time limit, and an operation started on a thread that is already inside one is
+//! refused with [`Error::Busy`](crate::Error::Busy) instead of deadlocking.
+
+mod diagnostics;
+mod engine;
+mod loader;
+mod set;
+mod skip;
+
+use std::time::Duration;
+
+pub use diagnostics::{Conflict, Diagnostics, ForeignSlot};
+pub use engine::UninstallReport;
+pub use set::{Hook, HookSet, OriginalStore};
+pub use skip::{exclude_list, set_exclude_list, SkipReason};
+
+use crate::elf::RelocKind;
+use crate::Result;
+
+/// A live installation of a hook set. Dropping it uninstalls (errors are then ignored: call
+/// [`Installation::uninstall`] to see them).
+#[must_use = "dropping the installation uninstalls the hooks"]
+#[derive(Debug)]
+pub struct Installation {
+    id: u64,
+    active: bool,
+}
+
+impl Installation {
+    /// The installation's id, usable with [`uninstall_id`].
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Put back every slot this set patched (compare-and-swap: slots re-patched by someone else
+    /// are left alone and reported).
+    pub fn uninstall(mut self) -> Result<UninstallReport> {
+        self.active = false;
+        engine::uninstall(self.id)
+    }
+
+    /// Keep the hooks installed for the rest of the process; returns the id.
+    pub fn leak(mut self) -> u64 {
+        self.active = false;
+        self.id
+    }
+}
+
+impl Drop for Installation {
+    fn drop(&mut self) {
+        if self.active {
+            let _ = engine::uninstall(self.id);
+        }
+    }
+}
+
+/// Install `set` into every loaded object (except cuhook's own object, the vDSO, the loader and
+/// excluded objects). Installing a set equal to an installed one only adds a reference.
+pub fn install(set: &HookSet) -> Result<Installation> {
+    engine::install(set).map(|id| Installation { id, active: true })
+}
+
+/// Uninstall by id (for C callers that keep ids rather than guards).
+pub fn uninstall_id(id: u64) -> Result<UninstallReport> {
+    engine::uninstall(id)
+}
+
+/// Patch objects loaded since the last scan with every installed set. Returns how many slots
+/// were patched. `patience`: how long to wait if another thread is patching (None: forever).
+pub fn rescan(patience: Option<Duration>) -> Result<usize> {
+    engine::rescan(patience)
+}
+
+/// After objects were unloaded: drop them from the cache and the journal, so nothing is ever
+/// written to memory that is no longer theirs.
+pub fn forget_unloaded(patience: Option<Duration>) -> Result<usize> {
+    engine::forget_unloaded(patience)
+}
+
+/// One patched slot, for diagnostics and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PatchedSlot {
+    pub set: String,
+    pub object: String,
+    pub symbol: String,
+    pub address: usize,
+    pub kind: RelocKind,
+    /// Value before the patch.
+    pub old: usize,
+    /// Value written (the replacement).
+    pub new: usize,
+    /// Page protection around the slot, `rwx` letters as in `/proc/self/maps`.
+    pub protection: String,
+}
+
+/// Every slot currently patched, in patch order.
+pub fn patched_slots() -> Vec<PatchedSlot> {
+    engine::with_state(|st| {
+        st.entries()
+            .iter()
+            .map(|e| PatchedSlot {
+                set: st.set_name(e.set_id).unwrap_or("?").to_owned(),
+                object: e.object.display_name().to_owned(),
+                symbol: e.symbol.to_string(),
+                address: e.address,
+                kind: e.kind,
+                old: e.old,
+                new: e.new,
+                protection: crate::patch::letters(e.protection),
+            })
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// What the engine noticed so far (skipped objects, conflicts, foreign re-patches, ...).
+pub fn diagnostics() -> Diagnostics {
+    engine::with_state(|st| st.diag.clone()).unwrap_or_default()
+}
+
+/// Ids of the installed sets.
+pub fn installed() -> Vec<u64> {
+    engine::with_state(|st| st.installed_ids()).unwrap_or_default()
+}

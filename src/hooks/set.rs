@@ -1,0 +1,171 @@
+//! What to hook: symbol → replacement, and where the replacement finds the original.
+//!
+//! # Safety
+//! A hook's original is published through an `AtomicUsize` that the replacement function reads
+//! on every call. For hooks written in C the store is a `void *` variable given by address;
+//! [`Hook::from_raw`] requires it to stay valid and aligned for as long as the hook is installed.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::{Error, Result};
+
+/// Where the engine stores the original function for a replacement to call.
+#[derive(Debug, Clone, Copy)]
+pub struct OriginalStore(&'static AtomicUsize);
+
+impl OriginalStore {
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set(&self, value: usize) {
+        self.0.store(value, Ordering::Release);
+    }
+
+    fn addr(&self) -> usize {
+        self.0 as *const AtomicUsize as usize
+    }
+}
+
+/// One symbol to hook.
+#[derive(Debug, Clone)]
+pub struct Hook {
+    pub(crate) symbol: CString,
+    pub(crate) version: Option<CString>,
+    pub(crate) replacement: usize,
+    pub(crate) original: OriginalStore,
+}
+
+impl Hook {
+    /// Hook every import of `symbol` (any version) with `replacement`; the original definition
+    /// is published in `original` before any slot points at `replacement`.
+    pub fn new(symbol: &str, replacement: usize, original: &'static AtomicUsize) -> Result<Hook> {
+        let symbol = CString::new(symbol)
+            .ok()
+            .filter(|s| !s.as_bytes().is_empty())
+            .ok_or_else(|| Error::InvalidSymbol {
+                symbol: symbol.to_owned(),
+            })?;
+        if replacement == 0 {
+            return Err(Error::InvalidHookSet {
+                reason: format!("`{}` has a null replacement", symbol.to_string_lossy()),
+            });
+        }
+        Ok(Hook {
+            symbol,
+            version: None,
+            replacement,
+            original: OriginalStore(original),
+        })
+    }
+
+    /// Like [`Hook::new`], with the original stored in a C `void *` variable.
+    ///
+    /// # Safety
+    /// `original` must be non-null, aligned, and valid for reads and writes for as long as any
+    /// installation of this hook exists (normally a static variable); it must be accessed only
+    /// through plain pointer-sized loads by the replacement.
+    pub unsafe fn from_raw(
+        symbol: &str,
+        replacement: usize,
+        original: *mut *const std::ffi::c_void,
+    ) -> Result<Hook> {
+        if original.is_null()
+            || !(original as usize).is_multiple_of(std::mem::align_of::<AtomicUsize>())
+        {
+            return Err(Error::InvalidArgument {
+                what: "hook original pointer is null or misaligned",
+            });
+        }
+        // SAFETY: non-null and aligned (checked); valid for the installation's life (caller).
+        let store: &'static AtomicUsize = unsafe { AtomicUsize::from_ptr(original.cast()) };
+        Hook::new(symbol, replacement, store)
+    }
+
+    /// Hook only imports of `symbol@version`; the original is looked up with `dlvsym`.
+    pub fn with_version(mut self, version: &str) -> Result<Hook> {
+        let v = CString::new(version)
+            .ok()
+            .filter(|s| !s.as_bytes().is_empty())
+            .ok_or_else(|| Error::InvalidSymbol {
+                symbol: format!("{}@{version}", self.symbol.to_string_lossy()),
+            })?;
+        self.version = Some(v);
+        Ok(self)
+    }
+
+    pub fn symbol(&self) -> &str {
+        self.symbol.to_str().unwrap_or("?")
+    }
+
+    pub fn version(&self) -> Option<&str> {
+        self.version.as_ref().and_then(|v| v.to_str().ok())
+    }
+
+    pub fn replacement(&self) -> usize {
+        self.replacement
+    }
+
+    /// The original currently published for this hook (0 before the first install).
+    pub fn original(&self) -> usize {
+        self.original.get()
+    }
+
+    fn key(&self) -> (&[u8], Option<&[u8]>, usize, usize) {
+        (
+            self.symbol.as_bytes(),
+            self.version.as_ref().map(|v| v.as_bytes()),
+            self.replacement,
+            self.original.addr(),
+        )
+    }
+}
+
+/// A named group of hooks installed and uninstalled together.
+#[derive(Debug, Clone)]
+pub struct HookSet {
+    pub(crate) name: String,
+    pub(crate) hooks: Vec<Hook>,
+}
+
+impl HookSet {
+    /// A set must name each (symbol, version) once.
+    pub fn new(name: &str, hooks: Vec<Hook>) -> Result<HookSet> {
+        for (i, h) in hooks.iter().enumerate() {
+            if hooks[..i]
+                .iter()
+                .any(|o| o.symbol == h.symbol && o.version == h.version)
+            {
+                return Err(Error::InvalidHookSet {
+                    reason: format!("`{}` appears twice in set `{name}`", h.symbol()),
+                });
+            }
+        }
+        Ok(HookSet {
+            name: name.to_owned(),
+            hooks,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn hooks(&self) -> &[Hook] {
+        &self.hooks
+    }
+
+    /// Two sets are the same installation when they hook the same symbols with the same
+    /// replacements and original stores.
+    pub(crate) fn same_as(&self, other: &HookSet) -> bool {
+        self.name == other.name
+            && self.hooks.len() == other.hooks.len()
+            && self
+                .hooks
+                .iter()
+                .zip(&other.hooks)
+                .all(|(a, b)| a.key() == b.key())
+    }
+}

@@ -1,0 +1,14 @@
+//! WRITE side of the engine: one slot at a time, with its page's protection handled, and a
+//! journal of every write for uninstall.
+//!
+//! The rule that keeps this safe: a page that was read-only is made writable only for the one
+//! atomic store and then gets its *original* protection back; an executable page is never made
+//! writable; all writers are serialised by the engine's patch lock (see `hooks`).
+
+mod journal;
+mod protection;
+mod slot;
+
+pub use journal::{Journal, JournalEntry};
+pub use protection::{letters, ProtectionMap};
+pub use slot::{compare_and_write, read_slot, SlotWrite};
