@@ -48,6 +48,7 @@ typedef struct cuhook_hook {
 #define CUHOOK_RELOC_ABS64     3
 
 typedef struct cuhook_slot_info {
+    char set[64];          /* hook set name ("cuhook-dl": the loader interposers) */
     char object[256];      /* path of the patched object ("<main program>" for the executable) */
     char symbol[128];
     uintptr_t address;     /* address of the GOT slot */

@@ -32,6 +32,7 @@ pub struct CUninstallReport {
 /// `cuhook_slot_info_t`.
 #[repr(C)]
 pub struct CSlotInfo {
+    pub set: [c_char; 64],
     pub object: [c_char; 256],
     pub symbol: [c_char; 128],
     pub address: usize,
@@ -163,6 +164,7 @@ pub unsafe extern "C" fn cuhook_patched_slots(out: *mut CSlotInfo, capacity: usi
             for (i, s) in slots.iter().take(capacity).enumerate() {
                 // SAFETY: `out` has `capacity` entries (contract).
                 let dst = unsafe { &mut *out.add(i) };
+                copy_str(&mut dst.set, &s.set);
                 copy_str(&mut dst.object, &s.object);
                 copy_str(&mut dst.symbol, &s.symbol);
                 copy_str(&mut dst.protection, &s.protection);

@@ -2,9 +2,9 @@
 //! tables are.
 
 use goblin::elf::dynamic::{
-    DT_JMPREL, DT_NULL, DT_PLTREL, DT_PLTRELSZ, DT_REL, DT_RELA, DT_RELAENT, DT_RELASZ, DT_RELENT,
-    DT_RELSZ, DT_STRSZ, DT_STRTAB, DT_SYMENT, DT_SYMTAB, DT_VERDEF, DT_VERDEFNUM, DT_VERNEED,
-    DT_VERNEEDNUM, DT_VERSYM,
+    DT_GNU_HASH, DT_HASH, DT_INIT, DT_INIT_ARRAYSZ, DT_JMPREL, DT_NULL, DT_PLTREL, DT_PLTRELSZ,
+    DT_REL, DT_RELA, DT_RELAENT, DT_RELASZ, DT_RELENT, DT_RELSZ, DT_STRSZ, DT_STRTAB, DT_SYMENT,
+    DT_SYMTAB, DT_VERDEF, DT_VERDEFNUM, DT_VERNEED, DT_VERNEEDNUM, DT_VERSYM,
 };
 use goblin::elf64::dynamic::Dyn;
 use libc::PT_DYNAMIC;
@@ -34,6 +34,11 @@ pub struct DynamicTables {
     pub verdef: Option<(usize, usize)>,
     /// `DT_RELA`/`DT_REL` and `DT_JMPREL`, in that order; either may be absent.
     pub relocs: Vec<RelocTable>,
+    /// `DT_GNU_HASH` and `DT_HASH`: how defined symbols are found by name.
+    pub gnu_hash: Option<usize>,
+    pub hash: Option<usize>,
+    /// The object has constructors (`DT_INIT` or a non-empty `DT_INIT_ARRAY`).
+    pub has_constructors: bool,
 }
 
 /// `Elf64_Rel` (goblin's is not `Copy`).
@@ -112,6 +117,7 @@ impl DynamicTables {
         let (mut jmprel, mut pltrelsz, mut pltrel) = (None, 0usize, 0u64);
         let (mut verneed, mut verneednum, mut verdef, mut verdefnum) = (None, 0usize, None, 0usize);
         let (mut strtab, mut symtab) = (None, None);
+        let (mut gnu_hash, mut hash) = (None, None);
         for i in 0..MAX_DYN {
             let d: Dyn = img
                 .read(dyn_addr + i * std::mem::size_of::<Dyn>())
@@ -137,6 +143,10 @@ impl DynamicTables {
                 DT_VERNEEDNUM => verneednum = v,
                 DT_VERDEF => verdef = Some(v),
                 DT_VERDEFNUM => verdefnum = v,
+                DT_GNU_HASH => gnu_hash = Some(v),
+                DT_HASH => hash = Some(v),
+                DT_INIT => t.has_constructors = true,
+                DT_INIT_ARRAYSZ if v > 0 => t.has_constructors = true,
                 _ => {}
             }
         }
@@ -156,6 +166,8 @@ impl DynamicTables {
         t.strtab = strtab;
         t.symtab = symtab;
         t.versym = fix(t.versym, "DT_VERSYM points outside the object")?;
+        t.gnu_hash = fix(gnu_hash, "DT_GNU_HASH points outside the object")?;
+        t.hash = fix(hash, "DT_HASH points outside the object")?;
         t.verneed = fix(verneed, "DT_VERNEED points outside the object")?.map(|a| (a, verneednum));
         t.verdef = fix(verdef, "DT_VERDEF points outside the object")?.map(|a| (a, verdefnum));
         if let Some(addr) = fix(rela, "DT_RELA points outside the object")? {

@@ -82,6 +82,8 @@ struct Entry {
 /// readable even if the object is unloaded later (it is then simply stale).
 pub struct ObjectIndex {
     pub object: Arc<LoadedObject>,
+    /// Constructors ran before anyone could patch this object (if it was loaded late).
+    pub has_constructors: bool,
     entries: Vec<Entry>,
     arena: Vec<u8>,
 }
@@ -103,12 +105,14 @@ impl ObjectIndex {
     pub fn build(object: Arc<LoadedObject>) -> Result<ObjectIndex> {
         let mut idx = ObjectIndex {
             object: object.clone(),
+            has_constructors: false,
             entries: Vec::new(),
             arena: Vec::new(),
         };
         let Some(tables) = DynamicTables::read(&object)? else {
             return Ok(idx);
         };
+        idx.has_constructors = tables.has_constructors;
         if tables.symtab == 0 {
             return Ok(idx);
         }
@@ -231,7 +235,7 @@ fn name_of(arena: &[u8], (off, len): (u32, u32)) -> &[u8] {
 }
 
 impl DynamicTables {
-    fn string<'a>(&self, img: &Image<'a>, offset: usize) -> Option<&'a [u8]> {
+    pub(crate) fn string<'a>(&self, img: &Image<'a>, offset: usize) -> Option<&'a [u8]> {
         if offset >= self.strsz && self.strsz != 0 {
             return None;
         }
@@ -262,7 +266,7 @@ fn relocations<'a>(
 }
 
 /// Version index → version name, from `DT_VERNEED` (imports) and `DT_VERDEF` (own definitions).
-struct VersionNames<'a> {
+pub(crate) struct VersionNames<'a> {
     names: Vec<(u16, &'a [u8])>,
 }
 
@@ -270,7 +274,7 @@ struct VersionNames<'a> {
 const MAX_VERSIONS: usize = 4096;
 
 impl<'a> VersionNames<'a> {
-    fn read(img: &Image<'a>, t: &DynamicTables) -> VersionNames<'a> {
+    pub(crate) fn read(img: &Image<'a>, t: &DynamicTables) -> VersionNames<'a> {
         let mut names = Vec::new();
         if let Some((mut at, count)) = t.verneed {
             for _ in 0..count.min(MAX_VERSIONS) {
@@ -316,7 +320,7 @@ impl<'a> VersionNames<'a> {
     }
 
     /// Indexes 0 and 1 mean local / unversioned global.
-    fn name_of(&self, index: u16) -> Option<&'a [u8]> {
+    pub(crate) fn name_of(&self, index: u16) -> Option<&'a [u8]> {
         if index < 2 {
             return None;
         }

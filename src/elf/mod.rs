@@ -7,7 +7,9 @@ mod dynamic;
 mod image;
 mod index;
 mod snapshot;
+mod symbols;
 
 pub use dynamic::{absolute, DynamicTables, RelocTable};
 pub use index::{ObjectIndex, RelocKind, Slot};
 pub use snapshot::{counters, snapshot, Counters, LoadedObject, Snapshot};
+pub use symbols::defines;

@@ -42,6 +42,9 @@ pub struct Diagnostics {
     pub unreadable: Vec<String>,
     pub conflicts: Vec<Conflict>,
     pub foreign: Vec<ForeignSlot>,
+    /// Objects loaded after install whose constructors ran before their slots were patched
+    /// (constructors run inside `dlopen`): calls made by those constructors were not seen.
+    pub constructors_before_patch: Vec<String>,
     /// Slots overwritten by a concurrent lazy-binding resolution and patched again.
     pub resolver_races: u64,
     /// Objects indexed so far.

@@ -11,6 +11,7 @@ use crate::patch::{compare_and_write, read_slot, Journal, JournalEntry, Protecti
 use crate::{Error, Result};
 
 use super::diagnostics::{push_bounded, Conflict, Diagnostics, ForeignSlot};
+use super::interpose::{dl_hook_set, publish, DL_SET_NAME};
 use super::loader::{clear_dlerror, lookup_global, Pin};
 use super::set::{Hook, HookSet};
 use super::skip::{exclude_list, skip_reason};
@@ -77,6 +78,7 @@ impl Operation {
 
 impl Drop for Operation {
     fn drop(&mut self) {
+        publish(self.guard.sets.iter().map(|s| &s.set));
         clear_dlerror();
         IN_OPERATION.with(|f| f.set(false));
     }
@@ -88,22 +90,28 @@ fn busy() -> Error {
 
 /// Install `set` into every loaded object; see [`crate::hooks::install`].
 pub(crate) fn install(set: &HookSet) -> Result<u64> {
+    if set.name == DL_SET_NAME {
+        return Err(Error::InvalidHookSet {
+            reason: format!(
+                "the set name `{DL_SET_NAME}` is reserved for cuhook's loader interposers"
+            ),
+        });
+    }
     let mut op = Operation::begin(None).ok_or_else(busy)?;
     let st = op.state();
     if let Some(s) = st.sets.iter_mut().find(|s| s.set.same_as(set)) {
         s.refs += 1;
         return Ok(s.id);
     }
-    let id = st.next_id;
-    st.next_id += 1;
-    st.sets.push(InstalledSet {
-        id,
-        set: set.clone(),
-        refs: 1,
-    });
     let snap = elf::snapshot();
     let (all, _new) = st.refresh(&snap.objects);
     st.last_counters = snap.counters;
+    // The loader interposers come with the first set, so later dlopens get patched too.
+    if !st.sets.iter().any(|s| s.set.name == DL_SET_NAME) {
+        let dl = st.add_set(dl_hook_set());
+        st.patch(&[dl], &all);
+    }
+    let id = st.add_set(set.clone());
     st.patch(&[id], &all);
     st.catch_up();
     Ok(id)
@@ -153,7 +161,7 @@ pub(crate) fn uninstall(id: u64) -> Result<UninstallReport> {
     let pos = st
         .sets
         .iter()
-        .position(|s| s.id == id)
+        .position(|s| s.id == id && s.set.name != DL_SET_NAME)
         .ok_or(Error::NotInstalled)?;
     st.sets[pos].refs -= 1;
     if st.sets[pos].refs > 0 {
@@ -163,53 +171,14 @@ pub(crate) fn uninstall(id: u64) -> Result<UninstallReport> {
         });
     }
     st.sets.remove(pos);
-    let entries = st.journal.take_set(id);
-    let snap = elf::snapshot();
-    let loaded = |o: &LoadedObject| {
-        snap.objects
-            .iter()
-            .any(|s| s.base == o.base && s.name == o.name)
-    };
-    let mut pins: Vec<(usize, String, Pin)> = Vec::new();
-    let mut report = UninstallReport::default();
-    let mut writable = Vec::new();
-    for e in entries {
-        let pinned = pins
-            .iter()
-            .any(|(b, n, _)| *b == e.object.base && *n == e.object.name)
-            || (loaded(&e.object)
-                && Pin::object(&e.object)
-                    .map(|p| pins.push((e.object.base, e.object.name.clone(), p)))
-                    .is_some());
-        if pinned {
-            writable.push(e);
-        } else {
-            report.gone += 1;
+    let report = st.restore(id)?;
+    // The loader interposers leave with the last set.
+    if st.sets.iter().all(|s| s.set.name == DL_SET_NAME) {
+        if let Some(dl) = st.sets.iter().position(|s| s.set.name == DL_SET_NAME) {
+            let dl_id = st.sets.remove(dl).id;
+            st.restore(dl_id)?;
         }
     }
-    let maps = protection_map(writable.iter().map(|e| e.address))?;
-    for e in writable {
-        // SAFETY: the object is pinned and the slot was an aligned GOT slot when we patched it;
-        // we hold the patch lock.
-        #[allow(unsafe_code)]
-        let outcome =
-            unsafe { compare_and_write(&maps, e.object.display_name(), e.address, e.new, e.old) }?;
-        match outcome {
-            SlotWrite::Written { .. } => report.restored += 1,
-            SlotWrite::Mismatch { actual } => {
-                let f = ForeignSlot {
-                    object: e.object.display_name().to_owned(),
-                    symbol: e.symbol.to_string(),
-                    address: e.address,
-                    found: actual,
-                    ours: e.new,
-                };
-                push_bounded(&mut st.diag.foreign, f.clone());
-                report.foreign.push(f);
-            }
-        }
-    }
-    drop(pins);
     Ok(report)
 }
 
@@ -236,6 +205,66 @@ struct Plan {
 }
 
 impl State {
+    fn add_set(&mut self, set: HookSet) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.sets.push(InstalledSet { id, set, refs: 1 });
+        id
+    }
+
+    /// Put back every slot journaled for `set_id` (compare-and-swap), in objects still loaded.
+    fn restore(&mut self, set_id: u64) -> Result<UninstallReport> {
+        let entries = self.journal.take_set(set_id);
+        let snap = elf::snapshot();
+        let loaded = |o: &LoadedObject| {
+            snap.objects
+                .iter()
+                .any(|s| s.base == o.base && s.name == o.name)
+        };
+        let mut pins: Vec<(usize, String, Pin)> = Vec::new();
+        let mut report = UninstallReport::default();
+        let mut writable = Vec::new();
+        for e in entries {
+            let pinned = pins
+                .iter()
+                .any(|(b, n, _)| *b == e.object.base && *n == e.object.name)
+                || (loaded(&e.object)
+                    && Pin::object(&e.object)
+                        .map(|p| pins.push((e.object.base, e.object.name.clone(), p)))
+                        .is_some());
+            if pinned {
+                writable.push(e);
+            } else {
+                report.gone += 1;
+            }
+        }
+        let maps = protection_map(writable.iter().map(|e| e.address))?;
+        for e in writable {
+            // SAFETY: the object is pinned and the slot was an aligned GOT slot when we patched
+            // it; we hold the patch lock.
+            #[allow(unsafe_code)]
+            let outcome = unsafe {
+                compare_and_write(&maps, e.object.display_name(), e.address, e.new, e.old)
+            }?;
+            match outcome {
+                SlotWrite::Written { .. } => report.restored += 1,
+                SlotWrite::Mismatch { actual } => {
+                    let f = ForeignSlot {
+                        object: e.object.display_name().to_owned(),
+                        symbol: e.symbol.to_string(),
+                        address: e.address,
+                        found: actual,
+                        ours: e.new,
+                    };
+                    push_bounded(&mut self.diag.foreign, f.clone());
+                    report.foreign.push(f);
+                }
+            }
+        }
+        drop(pins);
+        Ok(report)
+    }
+
     /// Sync the object cache with the loader's list: drop what was unloaded (and its journal
     /// entries: those slots no longer exist), index what is new. Returns (all, new).
     fn refresh(
@@ -288,7 +317,20 @@ impl State {
             let (_, new) = self.refresh(&snap.objects);
             self.last_counters = snap.counters;
             let ids: Vec<u64> = self.sets.iter().map(|s| s.id).collect();
+            let journal_before = self.journal.entries().len();
             patched += self.patch(&ids, &new);
+            let late: Vec<String> = self.journal.entries()
+                [journal_before.min(self.journal.entries().len())..]
+                .iter()
+                .filter(|e| {
+                    new.iter()
+                        .any(|n| Arc::ptr_eq(&n.object, &e.object) && n.has_constructors)
+                })
+                .map(|e| e.object.display_name().to_owned())
+                .collect();
+            for name in late {
+                push_bounded(&mut self.diag.constructors_before_patch, name);
+            }
         }
         patched
     }
@@ -333,8 +375,22 @@ impl State {
         pinned: &[(Arc<ObjectIndex>, Pin)],
         plans: &mut Vec<Plan>,
     ) {
+        let any_slot = pinned
+            .iter()
+            .any(|(idx, _)| idx.slots(hook.symbol(), hook.version()).next().is_some());
+        if !any_slot && hook.original.get() != 0 {
+            return;
+        }
         let resolver = Resolver::new(hook, pinned, &self.known);
         let mut original = resolver.definition(hook.version.as_deref(), None);
+        if original == 0 {
+            // Not in the global scope (a library loaded RTLD_LOCAL): its own scope knows it.
+            original = pinned
+                .iter()
+                .map(|(_, p)| p.lookup(&hook.symbol, hook.version.as_deref()))
+                .find(|&a| a != 0 && !resolver.canonical.contains(&a))
+                .unwrap_or(0);
+        }
         let first = plans.len();
         for (idx, pin) in pinned {
             for slot in idx.slots(hook.symbol(), hook.version()) {
@@ -524,6 +580,7 @@ impl Diagnostics {
             unreadable: Vec::new(),
             conflicts: Vec::new(),
             foreign: Vec::new(),
+            constructors_before_patch: Vec::new(),
             resolver_races: 0,
             objects_indexed: 0,
             rescans: 0,

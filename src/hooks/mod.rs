@@ -22,6 +22,7 @@
 
 mod diagnostics;
 mod engine;
+mod interpose;
 mod loader;
 mod set;
 mod skip;
@@ -30,6 +31,7 @@ use std::time::Duration;
 
 pub use diagnostics::{Conflict, Diagnostics, ForeignSlot};
 pub use engine::UninstallReport;
+pub use interpose::DL_SET_NAME;
 pub use set::{Hook, HookSet, OriginalStore};
 pub use skip::{exclude_list, set_exclude_list, SkipReason};
 

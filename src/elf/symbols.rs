@@ -1,0 +1,168 @@
+//! Finding a symbol *defined* by one object, through its GNU or SysV hash table: what the
+//! loader does for each object of a scope, needed to emulate `dlsym(RTLD_NEXT, …)` for a caller
+//! that is not cuhook.
+
+use goblin::elf::section_header::SHN_UNDEF;
+use goblin::elf::sym::{STB_GLOBAL, STB_WEAK, STT_TLS};
+use goblin::elf64::sym::Sym;
+
+use super::dynamic::DynamicTables;
+use super::image::Image;
+use super::index::VersionNames;
+use super::snapshot::LoadedObject;
+
+/// Bound on hash-chain walks (corrupt tables must not loop forever).
+const MAX_CHAIN: usize = 1 << 20;
+
+fn gnu_hash(name: &[u8]) -> u32 {
+    name.iter()
+        .fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(c as u32))
+}
+
+fn sysv_hash(name: &[u8]) -> u32 {
+    let mut h = 0u32;
+    for &c in name {
+        h = (h << 4).wrapping_add(c as u32);
+        let g = h & 0xf000_0000;
+        if g != 0 {
+            h ^= g >> 24;
+        }
+        h &= !g;
+    }
+    h
+}
+
+/// Whether `obj` itself defines `name` (with `version`, when given) as a global or weak,
+/// non-TLS symbol.
+pub fn defines(obj: &LoadedObject, name: &str, version: Option<&str>) -> bool {
+    let Ok(Some(t)) = DynamicTables::read(obj) else {
+        return false;
+    };
+    if t.symtab == 0 {
+        return false;
+    }
+    let img = Image::new(obj);
+    let versions = VersionNames::read(&img, &t);
+    let matches = |index: usize| -> bool {
+        let Some(sym) = img.read::<Sym>(t.symtab + index * t.syment) else {
+            return false;
+        };
+        let bind = sym.st_info >> 4;
+        let kind = sym.st_info & 0xf;
+        if sym.st_shndx as u32 == SHN_UNDEF
+            || (bind != STB_GLOBAL && bind != STB_WEAK)
+            || kind == STT_TLS
+        {
+            return false;
+        }
+        if t.string(&img, sym.st_name as usize) != Some(name.as_bytes()) {
+            return false;
+        }
+        let versym = t.versym.and_then(|vs| img.read::<u16>(vs + index * 2));
+        match (version, versym) {
+            (Some(v), Some(vs)) => versions.name_of(vs & 0x7fff) == Some(v.as_bytes()),
+            (Some(_), None) => false,
+            // An unversioned lookup takes the default (non-hidden) version.
+            (None, Some(vs)) => vs & 0x8000 == 0,
+            (None, None) => true,
+        }
+    };
+    if let Some(gh) = t.gnu_hash {
+        return lookup_gnu(&img, gh, name.as_bytes(), matches);
+    }
+    if let Some(h) = t.hash {
+        return lookup_sysv(&img, h, name.as_bytes(), matches);
+    }
+    false
+}
+
+fn lookup_gnu(img: &Image<'_>, at: usize, name: &[u8], matches: impl Fn(usize) -> bool) -> bool {
+    let (Some(nbuckets), Some(symoffset), Some(bloom_size)) = (
+        img.read::<u32>(at),
+        img.read::<u32>(at + 4),
+        img.read::<u32>(at + 8),
+    ) else {
+        return false;
+    };
+    if nbuckets == 0 {
+        return false;
+    }
+    let buckets = at + 16 + bloom_size as usize * 8;
+    let chains = buckets + nbuckets as usize * 4;
+    let h = gnu_hash(name);
+    let Some(mut index) = img.read::<u32>(buckets + (h % nbuckets) as usize * 4) else {
+        return false;
+    };
+    if index < symoffset {
+        return false;
+    }
+    for _ in 0..MAX_CHAIN {
+        let Some(ch) = img.read::<u32>(chains + (index - symoffset) as usize * 4) else {
+            return false;
+        };
+        if (ch | 1) == (h | 1) && matches(index as usize) {
+            return true;
+        }
+        if ch & 1 != 0 {
+            return false;
+        }
+        index += 1;
+    }
+    false
+}
+
+fn lookup_sysv(img: &Image<'_>, at: usize, name: &[u8], matches: impl Fn(usize) -> bool) -> bool {
+    let (Some(nbucket), Some(nchain)) = (img.read::<u32>(at), img.read::<u32>(at + 4)) else {
+        return false;
+    };
+    if nbucket == 0 {
+        return false;
+    }
+    let bucket = at + 8;
+    let chain = bucket + nbucket as usize * 4;
+    let Some(mut index) = img.read::<u32>(bucket + (sysv_hash(name) % nbucket) as usize * 4) else {
+        return false;
+    };
+    for _ in 0..MAX_CHAIN.min(nchain as usize + 1) {
+        if index == 0 {
+            return false;
+        }
+        if matches(index as usize) {
+            return true;
+        }
+        let Some(next) = img.read::<u32>(chain + index as usize * 4) else {
+            return false;
+        };
+        index = next;
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elf::snapshot;
+
+    #[test]
+    fn libc_defines_getpid_and_not_a_made_up_name() {
+        let snap = snapshot();
+        let libc = snap
+            .objects
+            .iter()
+            .find(|o| o.name.contains("libc.so"))
+            .expect("libc loaded");
+        assert!(defines(libc, "getpid", None));
+        assert!(defines(libc, "getpid", Some("GLIBC_2.2.5")));
+        assert!(!defines(libc, "getpid", Some("NO_SUCH_VERSION")));
+        assert!(!defines(libc, "cuhook_no_such_symbol", None));
+        // The main program imports getpid-like symbols but defines none of libc's.
+        assert!(!defines(&snap.objects[0], "getpid", None));
+    }
+
+    #[test]
+    fn hash_functions_match_the_elf_specification() {
+        assert_eq!(gnu_hash(b""), 5381);
+        assert_eq!(gnu_hash(b"printf"), 0x156b_2bb8);
+        assert_eq!(sysv_hash(b"printf"), 0x0779_05a6);
+    }
+}

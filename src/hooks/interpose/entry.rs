@@ -1,0 +1,50 @@
+//! Entry points of the loader interposers: tiny naked functions that hand the *caller's* return
+//! address to the Rust implementation as an extra argument and tail-jump to it.
+//!
+//! glibc decides the search path of `dlopen` and the meaning of `RTLD_NEXT` from the return
+//! address of the `dlopen`/`dlsym` call; once our interposer sits in between, that address is
+//! ours. Reading it before any prologue runs is the only reliable way to know the real caller.
+//!
+//! # Safety
+//! Each entry only loads the return address (at `[rsp]` on x86_64, in `x30` on aarch64) into
+//! the first unused argument register and jumps, so the stack and the callee-saved registers are
+//! exactly what the C caller set up; the target has the C signature plus that one argument.
+#![allow(unsafe_code)]
+
+use std::ffi::{c_char, c_int, c_long, c_void};
+
+use super::{dlclose_from, dlmopen_from, dlopen_from, dlsym_from, dlvsym_from};
+
+macro_rules! entry {
+    ($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $target:ident, $x86_reg:literal, $arm_reg:literal) => {
+        $(#[$doc])*
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            core::arch::naked_asm!(concat!("mov ", $x86_reg, ", [rsp]"), "jmp {t}", t = sym $target);
+            #[cfg(target_arch = "aarch64")]
+            core::arch::naked_asm!(concat!("mov ", $arm_reg, ", x30"), "b {t}", t = sym $target);
+        }
+    };
+}
+
+entry!(
+    /// `dlopen(file, mode)`.
+    dlopen_entry(file: *const c_char, mode: c_int) -> *mut c_void => dlopen_from, "rdx", "x2"
+);
+entry!(
+    /// `dlmopen(lmid, file, mode)`.
+    dlmopen_entry(lmid: c_long, file: *const c_char, mode: c_int) -> *mut c_void => dlmopen_from, "rcx", "x3"
+);
+entry!(
+    /// `dlclose(handle)`.
+    dlclose_entry(handle: *mut c_void) -> c_int => dlclose_from, "rsi", "x1"
+);
+entry!(
+    /// `dlsym(handle, symbol)`.
+    dlsym_entry(handle: *mut c_void, symbol: *const c_char) -> *mut c_void => dlsym_from, "rdx", "x2"
+);
+entry!(
+    /// `dlvsym(handle, symbol, version)`.
+    dlvsym_entry(handle: *mut c_void, symbol: *const c_char, version: *const c_char) -> *mut c_void => dlvsym_from, "rcx", "x3"
+);

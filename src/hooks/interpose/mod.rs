@@ -1,0 +1,353 @@
+//! Interposers for the dynamic loader: `dlopen`, `dlmopen`, `dlclose`, `dlsym`, `dlvsym`.
+//!
+//! Installed with the first hook set and removed with the last. After a successful `dlopen`
+//! every new object (the opened one and its new dependencies) is patched with every installed
+//! set before `dlopen` returns; after `dlclose` unloaded objects are forgotten; lookups that
+//! find the original of a hooked function return the hook.
+//!
+//! Caller semantics are kept: the naked entries (`entry.rs`) capture the caller's return
+//! address, bare library names are searched in the caller's RPATH/RUNPATH first (`caller.rs`),
+//! `$ORIGIN` in a path is the caller's directory, and `RTLD_NEXT` searches the objects after the
+//! caller. Known limit: a library's constructors run inside the real `dlopen`, before its slots
+//! are patched (see `Diagnostics::constructors_before_patch`).
+
+mod caller;
+mod entry;
+mod substitute;
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_long, c_void, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+pub(crate) use substitute::{publish, substitute};
+
+use super::set::{Hook, HookSet};
+
+/// Name of the internal hook set.
+pub const DL_SET_NAME: &str = "cuhook-dl";
+
+/// How long a loader call waits for a busy engine before leaving its new objects to the
+/// running operation's catch-up scan.
+const PATIENCE: Duration = Duration::from_secs(2);
+
+static REAL_DLOPEN: AtomicUsize = AtomicUsize::new(0);
+static REAL_DLMOPEN: AtomicUsize = AtomicUsize::new(0);
+static REAL_DLCLOSE: AtomicUsize = AtomicUsize::new(0);
+static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
+static REAL_DLVSYM: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// Depth of interposed `dlopen`/`dlmopen` calls on this thread: only the outermost one
+    /// scans (a constructor's nested dlopen is covered by it).
+    static OPEN_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The loader hook set.
+pub(crate) fn dl_hook_set() -> HookSet {
+    let hooks = [
+        (
+            "dlopen",
+            entry::dlopen_entry as *const () as usize,
+            &REAL_DLOPEN,
+        ),
+        (
+            "dlmopen",
+            entry::dlmopen_entry as *const () as usize,
+            &REAL_DLMOPEN,
+        ),
+        (
+            "dlclose",
+            entry::dlclose_entry as *const () as usize,
+            &REAL_DLCLOSE,
+        ),
+        (
+            "dlsym",
+            entry::dlsym_entry as *const () as usize,
+            &REAL_DLSYM,
+        ),
+        (
+            "dlvsym",
+            entry::dlvsym_entry as *const () as usize,
+            &REAL_DLVSYM,
+        ),
+    ];
+    let hooks = hooks
+        .into_iter()
+        .filter_map(|(s, r, o)| Hook::new(s, r, o).ok())
+        .collect();
+    HookSet::new(DL_SET_NAME, hooks).expect("the loader hook set names each symbol once")
+}
+
+/// The real function: the published original, or the one our own object links to.
+macro_rules! real {
+    ($store:ident, $fallback:path, fn($($t:ty),*) -> $r:ty) => {{
+        let p = $store.load(std::sync::atomic::Ordering::Acquire);
+        if p == 0 {
+            $fallback as unsafe extern "C" fn($($t),*) -> $r
+        } else {
+            // SAFETY: the engine stores only the address of the real function of this name and
+            // signature (resolved with dlsym), never anything else.
+            #[allow(unsafe_code)]
+            unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> $r>(p) }
+        }
+    }};
+}
+
+fn real_dlopen() -> unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void {
+    real!(
+        REAL_DLOPEN,
+        libc::dlopen,
+        fn(*const c_char, c_int) -> *mut c_void
+    )
+}
+fn real_dlmopen() -> unsafe extern "C" fn(c_long, *const c_char, c_int) -> *mut c_void {
+    real!(
+        REAL_DLMOPEN,
+        libc::dlmopen,
+        fn(c_long, *const c_char, c_int) -> *mut c_void
+    )
+}
+fn real_dlclose() -> unsafe extern "C" fn(*mut c_void) -> c_int {
+    real!(REAL_DLCLOSE, libc::dlclose, fn(*mut c_void) -> c_int)
+}
+fn real_dlsym() -> unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void {
+    real!(
+        REAL_DLSYM,
+        libc::dlsym,
+        fn(*mut c_void, *const c_char) -> *mut c_void
+    )
+}
+fn real_dlvsym() -> unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void {
+    real!(
+        REAL_DLVSYM,
+        libc::dlvsym,
+        fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void
+    )
+}
+
+/// Run `f`; on a panic (a bug in cuhook) fall back to `plain`, so the host never aborts.
+fn guarded<R>(f: impl FnOnce() -> R, plain: impl FnOnce() -> R) -> R {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| plain())
+}
+
+/// Open `file` as the object containing `caller` would have.
+fn open_as_caller(
+    caller: usize,
+    file: *const c_char,
+    open: &dyn Fn(*const c_char) -> *mut c_void,
+) -> *mut c_void {
+    if file.is_null() {
+        return open(file);
+    }
+    // SAFETY: dlopen's contract: a non-NULL file is a NUL-terminated string.
+    #[allow(unsafe_code)]
+    let name = unsafe { CStr::from_ptr(file) }.to_bytes();
+    if memchr::memmem::find(name, b"$ORIGIN").is_some()
+        || memchr::memmem::find(name, b"${ORIGIN}").is_some()
+    {
+        if let Some(dir) = caller::origin_of(caller) {
+            let text = String::from_utf8_lossy(name)
+                .replace("${ORIGIN}", &dir)
+                .replace("$ORIGIN", &dir);
+            if let Ok(path) = CString::new(text) {
+                return open(path.as_ptr());
+            }
+        }
+        return open(file);
+    }
+    if memchr::memchr(b'/', name).is_some() {
+        return open(file);
+    }
+    let dirs = caller::caller_only_dirs(caller);
+    if dirs.is_empty() {
+        return open(file);
+    }
+    for dir in dirs {
+        let mut path = dir.into_bytes();
+        path.push(b'/');
+        path.extend_from_slice(name);
+        let Ok(path) = CString::new(path) else {
+            continue;
+        };
+        // SAFETY: `path` is NUL-terminated.
+        #[allow(unsafe_code)]
+        let exists = unsafe { libc::access(path.as_ptr(), libc::F_OK) } == 0;
+        if exists {
+            let handle = open(path.as_ptr());
+            if !handle.is_null() {
+                return handle;
+            }
+        }
+    }
+    // Not in the caller's own directories: the rest of the search (cache, system directories)
+    // is the same from any caller, and a failure leaves the loader's own message in dlerror.
+    open(file)
+}
+
+struct DepthGuard(u32);
+
+impl DepthGuard {
+    fn enter() -> DepthGuard {
+        DepthGuard(OPEN_DEPTH.with(|d| {
+            d.set(d.get() + 1);
+            d.get()
+        }))
+    }
+}
+
+impl Drop for DepthGuard {
+    fn drop(&mut self) {
+        OPEN_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
+/// After a successful open: patch what it loaded (outermost open only).
+fn after_open(handle: *mut c_void, depth: &DepthGuard) {
+    if !handle.is_null() && depth.0 == 1 {
+        let _ = super::engine::rescan(Some(PATIENCE));
+    }
+}
+
+/// `dlopen` with the caller's return address (from `entry::dlopen_entry`).
+pub(super) extern "C" fn dlopen_from(
+    file: *const c_char,
+    mode: c_int,
+    caller: usize,
+) -> *mut c_void {
+    // SAFETY (both closures): the real dlopen with the caller's own arguments.
+    #[allow(unsafe_code)]
+    let open = |f: *const c_char| unsafe { real_dlopen()(f, mode) };
+    guarded(
+        || {
+            let depth = DepthGuard::enter();
+            let handle = open_as_caller(caller, file, &open);
+            after_open(handle, &depth);
+            handle
+        },
+        || open(file),
+    )
+}
+
+/// `dlmopen` with the caller's return address.
+pub(super) extern "C" fn dlmopen_from(
+    lmid: c_long,
+    file: *const c_char,
+    mode: c_int,
+    caller: usize,
+) -> *mut c_void {
+    // SAFETY: the real dlmopen with the caller's own arguments.
+    #[allow(unsafe_code)]
+    let open = |f: *const c_char| unsafe { real_dlmopen()(lmid, f, mode) };
+    guarded(
+        || {
+            let depth = DepthGuard::enter();
+            let handle = open_as_caller(caller, file, &open);
+            after_open(handle, &depth);
+            handle
+        },
+        || open(file),
+    )
+}
+
+/// `dlclose`: close, then forget objects that are really gone.
+pub(super) extern "C" fn dlclose_from(handle: *mut c_void, _caller: usize) -> c_int {
+    let before = crate::elf::counters();
+    // SAFETY: the real dlclose with the caller's own handle.
+    #[allow(unsafe_code)]
+    let rc = unsafe { real_dlclose()(handle) };
+    let _ = catch_unwind(|| {
+        if rc == 0 && crate::elf::counters().subs != before.subs {
+            let _ = super::engine::forget_unloaded(Some(PATIENCE));
+        }
+    });
+    rc
+}
+
+/// `dlsym` with the caller's return address.
+pub(super) extern "C" fn dlsym_from(
+    handle: *mut c_void,
+    symbol: *const c_char,
+    caller: usize,
+) -> *mut c_void {
+    lookup_as_caller(handle, symbol, std::ptr::null(), caller)
+}
+
+/// `dlvsym` with the caller's return address.
+pub(super) extern "C" fn dlvsym_from(
+    handle: *mut c_void,
+    symbol: *const c_char,
+    version: *const c_char,
+    caller: usize,
+) -> *mut c_void {
+    lookup_as_caller(handle, symbol, version, caller)
+}
+
+fn lookup_as_caller(
+    handle: *mut c_void,
+    symbol: *const c_char,
+    version: *const c_char,
+    caller: usize,
+) -> *mut c_void {
+    // SAFETY: the real lookup functions with the caller's own arguments.
+    #[allow(unsafe_code)]
+    let plain = |h: *mut c_void| unsafe {
+        if version.is_null() {
+            real_dlsym()(h, symbol)
+        } else {
+            real_dlvsym()(h, symbol, version)
+        }
+    };
+    guarded(
+        || {
+            let found = if handle == libc::RTLD_NEXT && !symbol.is_null() {
+                next_as_caller(symbol, version, caller, &plain)
+            } else {
+                plain(handle)
+            };
+            substitute(found as usize) as *mut c_void
+        },
+        || plain(handle),
+    )
+}
+
+/// `RTLD_NEXT` relative to the caller: the first object after it that defines the symbol.
+fn next_as_caller(
+    symbol: *const c_char,
+    version: *const c_char,
+    caller: usize,
+    plain: &dyn Fn(*mut c_void) -> *mut c_void,
+) -> *mut c_void {
+    // SAFETY: NUL-terminated strings (dlsym's contract).
+    #[allow(unsafe_code)]
+    let (name, ver) = unsafe {
+        (
+            CStr::from_ptr(symbol).to_str().ok(),
+            (!version.is_null())
+                .then(|| CStr::from_ptr(version).to_str().ok())
+                .flatten(),
+        )
+    };
+    if let Some(name) = name {
+        if let Some(handle) = caller::next_definitions(caller, name, ver) {
+            return plain(handle);
+        }
+    }
+    // Nothing after the caller defines it: let the loader fail the same lookup relative to us,
+    // which leaves its "undefined symbol" message in dlerror. If something after *us* defines
+    // it, that is not what the caller asked for: fail with a lookup that cannot succeed.
+    let found = plain(libc::RTLD_NEXT);
+    if found.is_null() {
+        return found;
+    }
+    // SAFETY: a version string that no object defines makes the real dlvsym fail cleanly.
+    #[allow(unsafe_code)]
+    unsafe {
+        real_dlvsym()(
+            libc::RTLD_DEFAULT,
+            symbol,
+            c"CUHOOK_RTLD_NEXT_NOT_FOUND".as_ptr(),
+        )
+    }
+}

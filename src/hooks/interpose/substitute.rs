@@ -1,0 +1,44 @@
+//! The `dlsym` substitution table: original function → hook, for every installed hook.
+//!
+//! Read by every interposed `dlsym`, written only at the end of engine operations. It is a leaf
+//! lock (nothing is called while it is held), so `dlsym` never waits on the patch lock, which
+//! may be held across loader calls.
+
+use crate::hooks::set::HookSet;
+
+#[derive(Clone, Copy)]
+struct Substitution {
+    original: usize,
+    replacement: usize,
+}
+
+static TABLE: spin::RwLock<Vec<Substitution>> = spin::RwLock::new(Vec::new());
+
+/// Rebuild the table from the installed sets.
+pub(crate) fn publish<'a>(sets: impl Iterator<Item = &'a HookSet>) {
+    let table: Vec<Substitution> = sets
+        .flat_map(|s| s.hooks.iter())
+        .filter_map(|h| {
+            let original = h.original.get();
+            (original != 0).then_some(Substitution {
+                original,
+                replacement: h.replacement,
+            })
+        })
+        .collect();
+    *TABLE.write() = table;
+}
+
+/// The hook to hand out for a lookup result: only when the result *is* the original a hook
+/// calls. A lookup that reaches past us (an interposer using `RTLD_NEXT`) gets the real function,
+/// so no cycle can form.
+pub fn substitute(found: usize) -> usize {
+    if found == 0 {
+        return 0;
+    }
+    TABLE
+        .read()
+        .iter()
+        .find(|s| s.original == found)
+        .map_or(found, |s| s.replacement)
+}
