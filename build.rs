@@ -124,6 +124,37 @@ fn engine_fixtures(gcc: &Gcc) {
     );
 }
 
+fn dl_fixtures(gcc: &Gcc) {
+    let dl = |f: &str| format!("../dl/{f}");
+    gcc.shared("libplugin.so", &[&dl("plugin.c")], &[], &["-ltarget"]);
+    gcc.shared("libdep.so", &[&dl("dep.c")], &[], &["-ltarget"]);
+    gcc.shared("libplugin_dep.so", &[&dl("plugin_dep.c")], &[], &["-ldep"]);
+    gcc.shared("libsecond.so", &[&dl("second.c")], &[], &["-ltarget"]);
+    gcc.shared("libplugin_ctor.so", &[&dl("plugin_ctor.c")], &[], &["-ldl"]);
+    std::fs::create_dir_all(gcc.out.join("sub")).expect("create fixtures/sub");
+    gcc.shared("sub/libsubonly.so", &[&dl("subonly.c")], &[], &[]);
+    gcc.shared(
+        "libloader.so",
+        &[&dl("loader.c")],
+        &["-Wl,--enable-new-dtags,-rpath,$ORIGIN/sub"],
+        &["-ldl"],
+    );
+    let map = format!("-Wl,--version-script={}", gcc.src(&dl("nexty.map")));
+    gcc.shared("libnexty.so", &[&dl("nexty.c")], &[&map], &[]);
+    gcc.shared("libnextx.so", &[&dl("nextx.c")], &[], &["-ldl"]);
+    gcc.app(
+        "app_dl",
+        &[&dl("app_dl.c")],
+        &[
+            "-fPIE",
+            "-pie",
+            "-Wl,--enable-new-dtags",
+            "-Wl,--no-as-needed",
+        ],
+        &["-ltarget", "-lloader", "-lnextx", "-lnexty", "-lnoplt"],
+    );
+}
+
 fn main() {
     let manifest =
         PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -137,6 +168,7 @@ fn main() {
         include: manifest.join("include"),
     };
     engine_fixtures(&gcc);
+    dl_fixtures(&gcc);
     println!("cargo:rustc-env=CUHOOK_FIXTURES_DIR={}", out.display());
     for dir in ["fixtures", "include"] {
         rerun_tree(&manifest.join(dir));

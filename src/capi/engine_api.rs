@@ -179,6 +179,24 @@ pub unsafe extern "C" fn cuhook_patched_slots(out: *mut CSlotInfo, capacity: usi
     r as isize
 }
 
+/// Write the engine's diagnostics as text (one finding per line) into `buf` (NUL-terminated,
+/// truncated to `len`); returns the full length without the NUL.
+///
+/// # Safety
+/// `buf` is NULL (when `len` is 0) or points to `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn cuhook_diagnostics(buf: *mut c_char, len: usize) -> isize {
+    ffi_call(|| {
+        let text = hooks::diagnostics().to_string();
+        if !buf.is_null() && len > 0 {
+            // SAFETY: `buf` has `len` writable bytes (contract).
+            let dst = unsafe { std::slice::from_raw_parts_mut(buf, len) };
+            copy_str(dst, &text);
+        }
+        Ok(text.len().min(c_int::MAX as usize) as i32)
+    }) as isize
+}
+
 /// A static message for a status code.
 #[no_mangle]
 pub extern "C" fn cuhook_strerror(status: c_int) -> *const c_char {

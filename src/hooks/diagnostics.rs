@@ -38,6 +38,10 @@ pub struct Diagnostics {
     /// Objects that could not be pinned (for example loaded into another `dlmopen` namespace)
     /// and were therefore not patched.
     pub unpinnable: Vec<String>,
+    /// Objects opened into another `dlmopen` namespace. `dl_iterate_phdr` shows a caller only
+    /// its own namespace, and such a namespace has its own copies of the libraries, which one
+    /// original per hook cannot serve: these objects are not patched.
+    pub other_namespaces: Vec<String>,
     /// Objects whose tables could not be read, with the reason.
     pub unreadable: Vec<String>,
     pub conflicts: Vec<Conflict>,
@@ -59,5 +63,45 @@ pub struct Diagnostics {
 pub(crate) fn push_bounded<T: PartialEq>(list: &mut Vec<T>, item: T) {
     if list.len() < MAX_ENTRIES && !list.contains(&item) {
         list.push(item);
+    }
+}
+
+impl std::fmt::Display for Diagnostics {
+    /// One finding per line, `kind detail`, stable for tools to parse.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (object, reason) in &self.skipped {
+            writeln!(f, "skipped {reason:?} {object}")?;
+        }
+        for object in &self.unpinnable {
+            writeln!(f, "unpinnable {object}")?;
+        }
+        for object in &self.other_namespaces {
+            writeln!(f, "other_namespace {object}")?;
+        }
+        for text in &self.unreadable {
+            writeln!(f, "unreadable {text}")?;
+        }
+        for c in &self.conflicts {
+            writeln!(
+                f,
+                "conflict {} {} slot={:#x} bound_to={:#x} original={:#x}",
+                c.object, c.symbol, c.address, c.bound_to, c.original
+            )?;
+        }
+        for s in &self.foreign {
+            writeln!(
+                f,
+                "foreign {} {} slot={:#x} found={:#x} ours={:#x}",
+                s.object, s.symbol, s.address, s.found, s.ours
+            )?;
+        }
+        for object in &self.constructors_before_patch {
+            writeln!(f, "constructors_before_patch {object}")?;
+        }
+        writeln!(
+            f,
+            "counters resolver_races={} objects_indexed={} rescans={} deferred_scans={}",
+            self.resolver_races, self.objects_indexed, self.rescans, self.deferred_scans
+        )
     }
 }

@@ -142,6 +142,13 @@ pub(crate) fn forget_unloaded(patience: Option<Duration>) -> Result<usize> {
     Ok(forgotten)
 }
 
+/// Record that `object` was opened into another namespace and is not patched.
+pub(crate) fn note_other_namespace(object: String, patience: Option<Duration>) {
+    if let Some(mut op) = Operation::begin(patience) {
+        push_bounded(&mut op.state().diag.other_namespaces, object);
+    }
+}
+
 /// Result of an uninstall.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UninstallReport {
@@ -577,6 +584,7 @@ impl Diagnostics {
         Diagnostics {
             skipped: Vec::new(),
             unpinnable: Vec::new(),
+            other_namespaces: Vec::new(),
             unreadable: Vec::new(),
             conflicts: Vec::new(),
             foreign: Vec::new(),

@@ -121,6 +121,30 @@ pub fn caller_only_dirs(caller: usize) -> Vec<CString> {
     }
 }
 
+/// The path the loader recorded for the object behind a `dlopen`/`dlmopen` handle.
+pub fn object_path(handle: *mut c_void) -> Option<String> {
+    let mut map: *const LinkMap = std::ptr::null();
+    // SAFETY: RTLD_DI_LINKMAP stores the handle's `struct link_map *`.
+    let rc = unsafe {
+        libc::dlinfo(
+            handle,
+            libc::RTLD_DI_LINKMAP,
+            (&mut map as *mut *const LinkMap).cast(),
+        )
+    };
+    if rc != 0 || map.is_null() {
+        return None;
+    }
+    // SAFETY: the link map is live while the handle is open; l_name is NUL-terminated.
+    let name = unsafe { (*map).l_name };
+    // SAFETY: as above.
+    (!name.is_null()).then(|| {
+        unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned()
+    })
+}
+
 /// `$ORIGIN` of the caller: the directory of the object containing `caller`.
 pub fn origin_of(caller: usize) -> Option<String> {
     let snap = elf::snapshot();

@@ -245,6 +245,11 @@ pub(super) extern "C" fn dlmopen_from(
             let depth = DepthGuard::enter();
             let handle = open_as_caller(caller, file, &open);
             after_open(handle, &depth);
+            if !handle.is_null() && lmid != libc::LM_ID_BASE {
+                if let Some(path) = caller::object_path(handle) {
+                    super::engine::note_other_namespace(path, Some(PATIENCE));
+                }
+            }
             handle
         },
         || open(file),
