@@ -142,6 +142,7 @@ fn dl_fixtures(gcc: &Gcc) {
     let map = format!("-Wl,--version-script={}", gcc.src(&dl("nexty.map")));
     gcc.shared("libnexty.so", &[&dl("nexty.c")], &[&map], &[]);
     gcc.shared("libnextx.so", &[&dl("nextx.c")], &[], &["-ldl"]);
+    gcc.shared("libdlcaller.so", &[&dl("dlcaller.c")], &[], &["-ldl"]);
     gcc.app(
         "app_dl",
         &[&dl("app_dl.c")],

@@ -3,6 +3,7 @@
 
 use std::cell::Cell;
 use std::ffi::CStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,8 @@ pub(crate) struct State {
     last_counters: Counters,
     pub(crate) diag: Diagnostics,
     next_id: u64,
+    /// Installed sets or published originals changed: republish the dlsym substitution table.
+    dirty: bool,
 }
 
 static STATE: spin::Mutex<State> = spin::Mutex::new(State {
@@ -38,7 +41,12 @@ static STATE: spin::Mutex<State> = spin::Mutex::new(State {
     last_counters: Counters { adds: 0, subs: 0 },
     diag: Diagnostics::new(),
     next_id: 1,
+    dirty: false,
 });
+
+/// The loader counters of the last scan, readable without the lock.
+static SCANNED_ADDS: AtomicU64 = AtomicU64::new(u64::MAX);
+static SCANNED_SUBS: AtomicU64 = AtomicU64::new(u64::MAX);
 
 thread_local! {
     /// Set while this thread runs an engine operation: loader calls made by the operation (and
@@ -57,15 +65,20 @@ impl Operation {
         if IN_OPERATION.with(|f| f.get()) {
             return None;
         }
-        let start = Instant::now();
-        let guard = loop {
-            if let Some(g) = STATE.try_lock() {
-                break g;
+        let guard = match STATE.try_lock() {
+            Some(g) => g,
+            None => {
+                let start = Instant::now();
+                loop {
+                    std::thread::yield_now();
+                    if let Some(g) = STATE.try_lock() {
+                        break g;
+                    }
+                    if patience.is_some_and(|p| start.elapsed() >= p) {
+                        return None;
+                    }
+                }
             }
-            if patience.is_some_and(|p| start.elapsed() >= p) {
-                return None;
-            }
-            std::thread::yield_now();
         };
         IN_OPERATION.with(|f| f.set(true));
         Some(Operation { guard })
@@ -78,7 +91,12 @@ impl Operation {
 
 impl Drop for Operation {
     fn drop(&mut self) {
-        publish(self.guard.sets.iter().map(|s| &s.set));
+        if std::mem::take(&mut self.guard.dirty) {
+            publish(self.guard.sets.iter().map(|s| &s.set));
+        }
+        let c = self.guard.last_counters;
+        SCANNED_ADDS.store(c.adds, Ordering::Release);
+        SCANNED_SUBS.store(c.subs, Ordering::Release);
         clear_dlerror();
         IN_OPERATION.with(|f| f.set(false));
     }
@@ -120,6 +138,13 @@ pub(crate) fn install(set: &HookSet) -> Result<u64> {
 /// Patch objects loaded since the last scan with every installed set. Cheap when nothing was
 /// loaded (one `dl_iterate_phdr` step). `patience`: how long to wait for a busy engine.
 pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
+    // Fast path: nothing was loaded or unloaded since the last scan (no lock, no allocation).
+    let now = elf::counters();
+    if now.adds == SCANNED_ADDS.load(Ordering::Acquire)
+        && now.subs == SCANNED_SUBS.load(Ordering::Acquire)
+    {
+        return Ok(0);
+    }
     let Some(mut op) = Operation::begin(patience) else {
         if let Some(mut st) = STATE.try_lock() {
             st.diag.deferred_scans += 1;
@@ -131,6 +156,10 @@ pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
 
 /// Forget objects that were unloaded (after `dlclose`).
 pub(crate) fn forget_unloaded(patience: Option<Duration>) -> Result<usize> {
+    // Fast path: nothing was unloaded since the last scan.
+    if elf::counters().subs == SCANNED_SUBS.load(Ordering::Acquire) {
+        return Ok(0);
+    }
     let mut op = Operation::begin(patience).ok_or_else(busy)?;
     let st = op.state();
     let snap = elf::snapshot();
@@ -213,6 +242,7 @@ struct Plan {
 
 impl State {
     fn add_set(&mut self, set: HookSet) -> u64 {
+        self.dirty = true;
         let id = self.next_id;
         self.next_id += 1;
         self.sets.push(InstalledSet { id, set, refs: 1 });
@@ -221,6 +251,7 @@ impl State {
 
     /// Put back every slot journaled for `set_id` (compare-and-swap), in objects still loaded.
     fn restore(&mut self, set_id: u64) -> Result<UninstallReport> {
+        self.dirty = true;
         let entries = self.journal.take_set(set_id);
         let snap = elf::snapshot();
         let loaded = |o: &LoadedObject| {
@@ -436,8 +467,12 @@ impl State {
             }
         }
         // Publish the original before any slot can route a call to the replacement.
-        if original != 0 && (plans.len() > first || hook.original.get() == 0) {
+        if original != 0
+            && (plans.len() > first || hook.original.get() == 0)
+            && hook.original.get() != original
+        {
             hook.original.set(original);
+            self.dirty = true;
         }
     }
 

@@ -144,9 +144,11 @@ fn open_as_caller(
     // SAFETY: dlopen's contract: a non-NULL file is a NUL-terminated string.
     #[allow(unsafe_code)]
     let name = unsafe { CStr::from_ptr(file) }.to_bytes();
-    if memchr::memmem::find(name, b"$ORIGIN").is_some()
-        || memchr::memmem::find(name, b"${ORIGIN}").is_some()
-    {
+    // `$ORIGIN` in a path means the caller's directory (checked cheaply: most names have no '$').
+    let has_origin = memchr::memchr(b'$', name).is_some()
+        && (memchr::memmem::find(name, b"$ORIGIN").is_some()
+            || memchr::memmem::find(name, b"${ORIGIN}").is_some());
+    if has_origin {
         if let Some(dir) = caller::origin_of(caller) {
             let text = String::from_utf8_lossy(name)
                 .replace("${ORIGIN}", &dir)
@@ -258,15 +260,12 @@ pub(super) extern "C" fn dlmopen_from(
 
 /// `dlclose`: close, then forget objects that are really gone.
 pub(super) extern "C" fn dlclose_from(handle: *mut c_void, _caller: usize) -> c_int {
-    let before = crate::elf::counters();
     // SAFETY: the real dlclose with the caller's own handle.
     #[allow(unsafe_code)]
     let rc = unsafe { real_dlclose()(handle) };
-    let _ = catch_unwind(|| {
-        if rc == 0 && crate::elf::counters().subs != before.subs {
-            let _ = super::engine::forget_unloaded(Some(PATIENCE));
-        }
-    });
+    if rc == 0 {
+        let _ = catch_unwind(|| super::engine::forget_unloaded(Some(PATIENCE)));
+    }
     rc
 }
 
