@@ -1,5 +1,81 @@
-//! Events: what one allocation or free looks like, and (later) the subscriber list that dispatches it.
+//! Events: what one allocation or free looks like, the subscriber list that dispatches it, and
+//! the hooks' reentrancy guard.
+//!
+//! ucm-style: [`subscribe`] a callback with an event mask and a priority, [`dispatch`] calls every
+//! matching subscriber, [`unsubscribe`] returns only when the callback can no longer run (so its
+//! context may be freed). Dispatch is lock-free, allocation-free and writes no shared cache line;
+//! the machinery is in `grace.rs` (grace periods) and `slots.rs` (per-thread announcements).
+//!
+//! The free functions work on one process-wide [`SubscriberList`]; the type itself can be
+//! instantiated for tests and embedding.
 
+mod callback;
+mod dispatch;
+mod grace;
+mod guard;
+mod slots;
+mod subscribers;
+#[cfg(test)]
+mod tests;
 mod types;
 
+pub use callback::{Callback, SubscriptionId};
+pub use grace::asymmetric_barriers;
+pub use guard::HookGuard;
+pub use slots::MAX_DEPTH;
+pub use subscribers::{DispatchStats, SubscriberList, CAPACITY};
 pub use types::{flags, mask, EventKind, MemEvent, MemType};
+
+use crate::Result;
+
+static SUBSCRIBERS: SubscriberList = SubscriberList::new();
+
+/// The process-wide subscriber list that the CUDA hooks dispatch to.
+pub fn subscribers() -> &'static SubscriberList {
+    &SUBSCRIBERS
+}
+
+/// [`SubscriberList::subscribe`] on the process-wide list.
+pub fn subscribe(
+    mask: u32,
+    priority: i32,
+    callback: Callback,
+    context: usize,
+) -> Result<SubscriptionId> {
+    SUBSCRIBERS.subscribe(mask, priority, callback, context)
+}
+
+/// [`SubscriberList::subscribe_with_replay`] on the process-wide list.
+pub fn subscribe_with_replay<F>(
+    mask: u32,
+    priority: i32,
+    callback: Callback,
+    context: usize,
+    replay: F,
+) -> Result<SubscriptionId>
+where
+    F: FnOnce(&mut dyn FnMut(&MemEvent)),
+{
+    SUBSCRIBERS.subscribe_with_replay(mask, priority, callback, context, replay)
+}
+
+/// [`SubscriberList::unsubscribe`] on the process-wide list.
+pub fn unsubscribe(mask: u32, callback: Callback, context: usize) -> Result<()> {
+    SUBSCRIBERS.unsubscribe(mask, callback, context)
+}
+
+/// [`SubscriberList::unsubscribe_id`] on the process-wide list.
+pub fn unsubscribe_id(id: SubscriptionId) -> Result<()> {
+    SUBSCRIBERS.unsubscribe_id(id)
+}
+
+/// [`SubscriberList::dispatch`] on the process-wide list.
+#[inline]
+pub fn dispatch(ev: &MemEvent) {
+    SUBSCRIBERS.dispatch(ev)
+}
+
+/// [`SubscriberList::stats`] of the process-wide list.
+pub fn stats() -> DispatchStats {
+    SUBSCRIBERS.stats()
+}

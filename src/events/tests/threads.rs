@@ -1,0 +1,200 @@
+//! The unsubscribe guarantee under concurrent dispatch, and unsubscribing from inside callbacks.
+//! Iteration counts are fixed; nothing asserts on time (only the deadlock watchdog uses it).
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::Barrier;
+use std::thread;
+
+use super::*;
+use crate::Error;
+
+const MAGIC: u64 = 0x0c0f_fee0_c0ff_ee00;
+const DEAD: u64 = 0xdead_dead_dead_dead;
+
+/// A heap context that is poisoned and freed as soon as unsubscribe returns.
+struct Canary {
+    magic: AtomicU64,
+    hits: AtomicU64,
+}
+
+static CANARY_VIOLATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Checks the canary twice, around a short delay that widens the race window.
+fn check_canary(_: &MemEvent, context: usize) {
+    let c: &Canary = ctx(context);
+    for _ in 0..2 {
+        if c.magic.load(Ordering::Relaxed) != MAGIC {
+            CANARY_VIOLATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        for _ in 0..32 {
+            std::hint::spin_loop();
+        }
+    }
+    c.hits.fetch_add(1, Ordering::Relaxed);
+}
+
+#[test]
+fn unsubscribe_guarantee_under_threads() {
+    const ROUNDS: usize = 2000;
+    const DISPATCHERS: usize = 3;
+    let list = SubscriberList::new();
+    let stop = AtomicBool::new(false);
+    let mut total_hits = 0;
+    // A permanent neighbour, so snapshots hold more than the subscription under test.
+    list.subscribe(mask::ALL, 0, Callback::Rust(record_other), 0)
+        .unwrap();
+    thread::scope(|s| {
+        for _ in 0..DISPATCHERS {
+            s.spawn(|| {
+                let mut i = 0usize;
+                while !stop.load(Ordering::Acquire) {
+                    list.dispatch(&if i % 2 == 0 { alloc(i) } else { free(i) });
+                    i += 1;
+                }
+            });
+        }
+        for round in 0..ROUNDS {
+            let raw = Box::into_raw(Box::new(Canary {
+                magic: AtomicU64::new(MAGIC),
+                hits: AtomicU64::new(0),
+            }));
+            let context = raw as usize;
+            let canary: &Canary = ctx(context);
+            let priority = round as i32 % 3 - 1;
+            let id = list.subscribe(mask::ALL, priority, Callback::Rust(check_canary), context);
+            let id = id.unwrap();
+            // Give the dispatchers a chance to be inside the callback (bounded, not timed).
+            let mut waits = 0;
+            while canary.hits.load(Ordering::Relaxed) == 0 && waits < 200 {
+                thread::yield_now();
+                waits += 1;
+            }
+            if round % 2 == 0 {
+                list.unsubscribe(mask::ALL, Callback::Rust(check_canary), context)
+                    .unwrap();
+            } else {
+                list.unsubscribe_id(id).unwrap();
+            }
+            total_hits += canary.hits.load(Ordering::Relaxed);
+            canary.magic.store(DEAD, Ordering::Relaxed);
+            // SAFETY: from Box::into_raw above; unsubscribe returned, so no callback uses it.
+            drop(unsafe { Box::from_raw(raw) });
+        }
+        stop.store(true, Ordering::Release);
+    });
+    assert_eq!(
+        CANARY_VIOLATIONS.load(Ordering::Relaxed),
+        0,
+        "a callback ran after unsubscribe"
+    );
+    assert!(
+        total_hits > 0,
+        "the callback under test never ran; the test proved nothing"
+    );
+    assert_eq!(list.stats().panics, 0);
+}
+
+struct SelfRemover {
+    list: &'static SubscriberList,
+    removed: AtomicU32,
+    errors: AtomicU32,
+}
+
+/// Unsubscribes itself; a second thread racing to do the same finds it gone.
+fn remove_self(_: &MemEvent, context: usize) {
+    let r: &SelfRemover = ctx(context);
+    match r
+        .list
+        .unsubscribe(mask::ALL, Callback::Rust(remove_self), context)
+    {
+        Ok(()) => r.removed.fetch_add(1, Ordering::Relaxed),
+        Err(Error::NoSuchSubscriber) => 0,
+        Err(_) => r.errors.fetch_add(1, Ordering::Relaxed),
+    };
+}
+
+#[test]
+fn unsubscribe_from_own_callback_does_not_deadlock() {
+    let _watchdog = Watchdog::start("unsubscribe_from_own_callback_does_not_deadlock");
+    let list = leak(SubscriberList::new());
+    for _ in 0..100 {
+        let r = leak(SelfRemover {
+            list,
+            removed: AtomicU32::new(0),
+            errors: AtomicU32::new(0),
+        });
+        list.subscribe(mask::ALL, 0, Callback::Rust(remove_self), addr(r))
+            .unwrap();
+        // Two threads dispatch until it is gone; both may be inside the callback at once.
+        thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    while !list.is_empty() {
+                        list.dispatch(&alloc(1));
+                    }
+                });
+            }
+        });
+        assert_eq!(r.removed.load(Ordering::Relaxed), 1);
+        assert_eq!(r.errors.load(Ordering::Relaxed), 0);
+    }
+}
+
+thread_local! {
+    static ROLE: Cell<u32> = const { Cell::new(0) };
+}
+
+struct Meeting {
+    list: &'static SubscriberList,
+    barrier: &'static Barrier,
+    role: u32,
+    removed: AtomicU32,
+}
+
+/// On the thread of its role: wait until the other thread is inside *its* callback too, then
+/// unsubscribe itself. Waiting for whole dispatches (rather than per callback) would deadlock.
+fn meet_then_remove_self(_: &MemEvent, context: usize) {
+    let m: &Meeting = ctx(context);
+    if ROLE.get() != m.role {
+        return;
+    }
+    m.barrier.wait();
+    m.list
+        .unsubscribe(mask::ALL, Callback::Rust(meet_then_remove_self), context)
+        .unwrap();
+    m.removed.fetch_add(1, Ordering::Relaxed);
+}
+
+#[test]
+fn two_threads_unsubscribe_themselves_from_inside_at_once() {
+    let _watchdog = Watchdog::start("two_threads_unsubscribe_themselves_from_inside_at_once");
+    let list = leak(SubscriberList::new());
+    let barrier = leak(Barrier::new(2));
+    let meetings: Vec<&'static Meeting> = (1..=2)
+        .map(|role| {
+            leak(Meeting {
+                list,
+                barrier,
+                role,
+                removed: AtomicU32::new(0),
+            })
+        })
+        .collect();
+    for (i, m) in meetings.iter().enumerate() {
+        let cb = Callback::Rust(meet_then_remove_self);
+        list.subscribe(mask::ALL, i as i32, cb, addr(*m)).unwrap();
+    }
+    thread::scope(|s| {
+        for role in 1..=2 {
+            s.spawn(move || {
+                ROLE.set(role);
+                list.dispatch(&alloc(role as usize));
+            });
+        }
+    });
+    assert!(meetings
+        .iter()
+        .all(|m| m.removed.load(Ordering::Relaxed) == 1));
+    assert!(list.is_empty());
+}
