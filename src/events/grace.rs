@@ -25,7 +25,7 @@
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Once;
 
-use super::slots::{self, backoff, Slot, SLOTS, SLOT_COUNT};
+use super::slots::{self, backoff, Slot, SLOTS};
 
 /// Advanced by writers after each head swap; starts at 1 because 0 means "not dispatching".
 static EPOCH: AtomicU64 = AtomicU64::new(1);
@@ -51,6 +51,8 @@ fn membarrier(cmd: libc::c_long) -> libc::c_long {
 }
 
 /// Chooses the barrier scheme; every writer calls this before touching shared state.
+/// `CUHOOK_NO_MEMBARRIER=1` forces the symmetric fences (for comparison, or where the IPIs of
+/// `membarrier` would disturb other work on the machine).
 ///
 /// Why this is safe to switch at run time: `ASYMMETRIC` is set inside the `Once`, and every writer
 /// passes the `Once` before its first barrier, so once any reader can see `true`, every writer
@@ -58,6 +60,9 @@ fn membarrier(cmd: libc::c_long) -> libc::c_long {
 /// against either writer barrier.
 pub(crate) fn init_writer() {
     MODE.call_once(|| {
+        if std::env::var_os("CUHOOK_NO_MEMBARRIER").is_some_and(|v| v == "1") {
+            return;
+        }
         let supported = membarrier(MEMBARRIER_CMD_QUERY);
         if supported > 0
             && supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED != 0
@@ -182,20 +187,20 @@ pub(crate) fn wait_for_calls(tokens: &[u64]) {
     }
     writer_barrier();
     let mine = slots::current_index();
-    for i in 0..SLOT_COUNT {
+    for (i, slot) in SLOTS.iter().enumerate() {
         if Some(i) == mine {
             // The caller's own in-progress calls complete after it returns; waiting would hang.
             continue;
         }
         let mut spins = 0u32;
-        while SLOTS[i]
+        while slot
             .active
             .iter()
             .any(|a| tokens.contains(&a.load(Ordering::Acquire)))
         {
             backoff(&mut spins);
             // A thread that died inside a callback never clears its slot.
-            if spins % 4096 == 0 && slots::reclaim_if_dead(i) {
+            if spins.is_multiple_of(4096) && slots::reclaim_if_dead(i) {
                 break;
             }
         }

@@ -34,52 +34,102 @@ fn check_canary(_: &MemEvent, context: usize) {
     c.hits.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Round-by-round handshake between the writer and one dispatcher per round.
+struct Rounds {
+    /// The round whose canary is subscribed; dispatchers put it in the event's address.
+    current: AtomicU64,
+    /// The round in which a dispatcher is parked in [`hold_old_snapshot`].
+    holder: AtomicU64,
+    /// The last round whose canary has been unsubscribed and freed.
+    freed: AtomicU64,
+}
+
+/// Runs before the canary. In each round, one dispatcher whose event was created after the
+/// canary was subscribed (so its snapshot lists the canary) parks here until the canary has been
+/// unsubscribed and freed, then goes on to the canary's entry in that old snapshot: exactly the
+/// late call that the live re-check must prevent.
+fn hold_old_snapshot(ev: &MemEvent, context: usize) {
+    let r: &Rounds = ctx(context);
+    let round = ev.address as u64;
+    if round == 0
+        || r.holder
+            .compare_exchange(round - 1, round, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    while r.freed.load(Ordering::Acquire) < round {
+        thread::yield_now();
+    }
+}
+
 #[test]
 fn unsubscribe_guarantee_under_threads() {
-    const ROUNDS: usize = 2000;
+    const ROUNDS: u64 = 2000;
     const DISPATCHERS: usize = 3;
     let list = SubscriberList::new();
     let stop = AtomicBool::new(false);
+    let rounds = leak(Rounds {
+        current: AtomicU64::new(0),
+        holder: AtomicU64::new(0),
+        freed: AtomicU64::new(0),
+    });
     let mut total_hits = 0;
-    // A permanent neighbour, so snapshots hold more than the subscription under test.
-    list.subscribe(mask::ALL, 0, Callback::Rust(record_other), 0)
-        .unwrap();
+    let mut fillers = Vec::with_capacity(ROUNDS as usize);
+    list.subscribe(
+        mask::ALL,
+        -10,
+        Callback::Rust(hold_old_snapshot),
+        addr(rounds),
+    )
+    .unwrap();
     thread::scope(|s| {
         for _ in 0..DISPATCHERS {
             s.spawn(|| {
                 let mut i = 0usize;
                 while !stop.load(Ordering::Acquire) {
-                    list.dispatch(&if i % 2 == 0 { alloc(i) } else { free(i) });
+                    let round = rounds.current.load(Ordering::Acquire) as usize;
+                    list.dispatch(&if i.is_multiple_of(2) {
+                        alloc(round)
+                    } else {
+                        free(round)
+                    });
                     i += 1;
                 }
             });
         }
-        for round in 0..ROUNDS {
+        for round in 1..=ROUNDS {
             let raw = Box::into_raw(Box::new(Canary {
                 magic: AtomicU64::new(MAGIC),
                 hits: AtomicU64::new(0),
             }));
             let context = raw as usize;
-            let canary: &Canary = ctx(context);
-            let priority = round as i32 % 3 - 1;
+            let priority = round as i32 % 3;
             let id = list.subscribe(mask::ALL, priority, Callback::Rust(check_canary), context);
             let id = id.unwrap();
-            // Give the dispatchers a chance to be inside the callback (bounded, not timed).
-            let mut waits = 0;
-            while canary.hits.load(Ordering::Relaxed) == 0 && waits < 200 {
+            rounds.current.store(round, Ordering::Release);
+            // Wait (for progress, not time) until a dispatcher holds a snapshot listing it.
+            while rounds.holder.load(Ordering::Acquire) < round {
                 thread::yield_now();
-                waits += 1;
             }
-            if round % 2 == 0 {
+            if round.is_multiple_of(2) {
                 list.unsubscribe(mask::ALL, Callback::Rust(check_canary), context)
                     .unwrap();
             } else {
                 list.unsubscribe_id(id).unwrap();
             }
-            total_hits += canary.hits.load(Ordering::Relaxed);
-            canary.magic.store(DEAD, Ordering::Relaxed);
+            total_hits += ctx::<Canary>(context).hits.load(Ordering::Relaxed);
+            ctx::<Canary>(context).magic.store(DEAD, Ordering::Relaxed);
             // SAFETY: from Box::into_raw above; unsubscribe returned, so no callback uses it.
             drop(unsafe { Box::from_raw(raw) });
+            // Occupy the freed block with a poisoned canary (malloc hands it out again at once);
+            // otherwise the next round's canary would sit at the same address and hide a late
+            // call behind its intact magic.
+            fillers.push(Box::new(Canary {
+                magic: AtomicU64::new(DEAD),
+                hits: AtomicU64::new(0),
+            }));
+            rounds.freed.store(round, Ordering::Release);
         }
         stop.store(true, Ordering::Release);
     });
