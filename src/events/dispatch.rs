@@ -5,7 +5,6 @@ use std::sync::atomic::Ordering;
 
 use super::callback::{Callback, SubscriptionId};
 use super::grace::Section;
-use super::guard;
 use super::subscribers::{Entry, SubscriberList};
 use super::types::{flags, MemEvent};
 use crate::Result;
@@ -13,9 +12,8 @@ use crate::Result;
 impl SubscriberList {
     /// Calls every subscriber whose mask has `ev.kind`, lowest priority first.
     ///
-    /// Lock-free and allocation-free: it writes only this thread's own announcement slot. Each
-    /// callback runs with the hook guard suspended, so CUDA calls it makes are dispatched too, up
-    /// to [`super::MAX_DEPTH`] nested levels (deeper events are dropped and counted). A panicking
+    /// Lock-free and allocation-free: it writes only this thread's own announcement slot. CUDA
+    /// calls a callback makes count as outermost for the hook guard and are dispatched too, up to [`super::MAX_DEPTH`] nested levels (deeper events are dropped and counted). A panicking
     /// Rust callback is caught and counted, and the next subscriber still runs.
     #[inline]
     pub fn dispatch(&self, ev: &MemEvent) {
@@ -35,7 +33,7 @@ impl SubscriberList {
             return;
         };
         let bit = ev.kind.mask();
-        for e in snapshot.entries.iter().filter(|e| e.mask & bit != 0) {
+        for e in snapshot.entries().iter().filter(|e| e.mask & bit != 0) {
             self.invoke(&section, e, ev, bit);
         }
     }
@@ -47,10 +45,9 @@ impl SubscriberList {
         section.begin_call(e.token);
         let live = self.live(e.index);
         if live >> 8 == e.token && live & u64::from(bit) != 0 {
-            let saved = guard::suspend();
-            let result = catch_unwind(AssertUnwindSafe(|| e.callback.call(ev, e.context)));
-            guard::resume(saved);
-            if result.is_err() {
+            // Hooked calls made by the callback see a deeper dispatch level, so the hook guard
+            // treats them as outermost and they are dispatched too.
+            if catch_unwind(AssertUnwindSafe(|| e.callback.call(ev, e.context))).is_err() {
                 self.counters.panics.fetch_add(1, Ordering::Relaxed);
             }
         }

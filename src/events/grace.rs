@@ -25,7 +25,7 @@
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Once;
 
-use super::slots::{self, backoff, Slot, SLOTS};
+use super::slots::{self, backoff, Slot, MAX_DEPTH, SLOTS};
 
 /// Advanced by writers after each head swap; starts at 1 because 0 means "not dispatching".
 static EPOCH: AtomicU64 = AtomicU64::new(1);
@@ -81,8 +81,8 @@ pub fn asymmetric_barriers() -> bool {
 
 /// Orders the reader's announcement store before its following loads.
 #[inline(always)]
-fn reader_barrier() {
-    if ASYMMETRIC.load(Ordering::Relaxed) {
+fn reader_barrier(asymmetric: bool) {
+    if asymmetric {
         // The writer's membarrier supplies the hardware fence; only stop the compiler.
         compiler_fence(Ordering::SeqCst);
     } else {
@@ -108,6 +108,8 @@ fn writer_barrier() {
 pub(crate) struct Section {
     slot: &'static Slot,
     level: usize,
+    /// `ASYMMETRIC`, read once per level (it only ever turns true, so a stale false is safe).
+    asymmetric: bool,
     /// Sections are per-thread; keep them off other threads.
     _not_send: std::marker::PhantomData<*const ()>,
 }
@@ -117,6 +119,7 @@ impl Section {
     #[inline]
     pub(crate) fn enter() -> Option<Section> {
         let l = slots::enter_level()?;
+        let asymmetric = ASYMMETRIC.load(Ordering::Relaxed);
         if l.level == 0 {
             // Acquire pairs with the writer's epoch advance: seeing epoch E means seeing the
             // head swap that preceded it. The store is Relaxed; reader_barrier orders it before
@@ -124,11 +127,13 @@ impl Section {
             l.slot
                 .epoch
                 .store(EPOCH.load(Ordering::Acquire), Ordering::Relaxed);
-            reader_barrier();
+            reader_barrier(asymmetric);
         }
         Some(Section {
             slot: l.slot,
-            level: l.level,
+            // Below MAX_DEPTH by construction; the modulo only spares the bounds checks.
+            level: l.level % MAX_DEPTH,
+            asymmetric,
             _not_send: std::marker::PhantomData,
         })
     }
@@ -138,7 +143,7 @@ impl Section {
     #[inline(always)]
     pub(crate) fn begin_call(&self, token: u64) {
         self.slot.active[self.level].store(token, Ordering::Relaxed);
-        reader_barrier();
+        reader_barrier(self.asymmetric);
     }
 
     /// Ends the announced call. Release: everything the callback did to its context happens
@@ -156,7 +161,7 @@ impl Drop for Section {
             // Release: our reads of the snapshot happen before a writer that sees 0 frees it.
             self.slot.epoch.store(0, Ordering::Release);
         }
-        slots::exit_level();
+        slots::exit_level(self.level);
     }
 }
 
@@ -186,9 +191,9 @@ pub(crate) fn wait_for_calls(tokens: &[u64]) {
         return;
     }
     writer_barrier();
-    let mine = slots::current_index();
-    for (i, slot) in SLOTS.iter().enumerate() {
-        if Some(i) == mine {
+    let mine = slots::current_slot();
+    for slot in &SLOTS {
+        if mine.is_some_and(|m| std::ptr::eq(m, slot)) {
             // The caller's own in-progress calls complete after it returns; waiting would hang.
             continue;
         }
@@ -200,7 +205,7 @@ pub(crate) fn wait_for_calls(tokens: &[u64]) {
         {
             backoff(&mut spins);
             // A thread that died inside a callback never clears its slot.
-            if spins.is_multiple_of(4096) && slots::reclaim_if_dead(i) {
+            if spins.is_multiple_of(4096) && slots::reclaim_if_dead(slot) {
                 break;
             }
         }

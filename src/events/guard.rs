@@ -1,26 +1,23 @@
 //! The hooks' reentrancy guard: only the outermost hooked CUDA call on a thread dispatches.
 //!
 //! `cudaMallocAsync` (hooked) reaches the driver through `cuMemAllocAsync` (hooked too); without
-//! the guard one allocation would produce two events. The state is a const-initialised
-//! thread-local `Cell` with no destructor, so it works before `main`, during thread exit and
-//! without allocating.
+//! the guard one allocation would produce two events. The state lives in the destructor-free
+//! thread-local of `thread.rs`, so the guard works before `main`, during thread exit and without
+//! allocating.
 //!
-//! A subscriber's callback may itself allocate CUDA memory. Those allocations are real and must be
-//! dispatched, so [`super::SubscriberList::dispatch`] suspends the guard around each callback: the
-//! callback's hooked calls are outermost again. Recursion is bounded by the dispatch depth limit
-//! ([`super::MAX_DEPTH`]), not here.
+//! A subscriber's callback may itself allocate CUDA memory. Those allocations are real and must
+//! be dispatched, so "outermost" is judged per dispatch level: the guard keeps one bit per level,
+//! and a hooked call made from a callback (one level deeper) is outermost again. That
+//! costs dispatch nothing per callback (entering a level is all it takes); recursion is bounded by
+//! the dispatch depth limit ([`super::MAX_DEPTH`]), not here.
 
-use std::cell::Cell;
 use std::ffi::CStr;
 use std::marker::PhantomData;
 
-thread_local! {
-    /// The API name of the outermost hooked call in progress on this thread, if any.
-    static OUTERMOST: Cell<Option<&'static CStr>> = const { Cell::new(None) };
-}
+use super::thread::THREAD;
 
-/// Held by the outermost hooked call on a thread for as long as it runs (original call and
-/// dispatch included).
+/// Held by the outermost hooked call of a dispatch level for as long as it runs (original call
+/// and dispatch included).
 ///
 /// ```ignore
 /// let Some(_guard) = HookGuard::enter(c"cudaMallocAsync") else {
@@ -32,58 +29,59 @@ thread_local! {
 /// ```
 #[must_use = "the guard marks the hooked call as in progress until it is dropped"]
 pub struct HookGuard {
+    /// The dispatch level this guard holds.
+    level: u32,
     /// The guard describes this thread's state; it must be dropped on the thread that made it.
     _not_send: PhantomData<*const ()>,
 }
 
 impl HookGuard {
     /// Marks the start of a hooked call named `api`. `None` if another hooked call is already in
-    /// progress on this thread (then call the original and dispatch nothing).
+    /// progress at this dispatch level of this thread (then call the original and dispatch
+    /// nothing).
     #[inline]
     pub fn enter(api: &'static CStr) -> Option<HookGuard> {
-        OUTERMOST.with(|o| {
-            if o.get().is_some() {
+        THREAD.with(|t| {
+            // At most MAX_DEPTH: dispatch refuses to go deeper, so callbacks never run deeper.
+            let level = t.depth.get();
+            let bit = 1u32 << level;
+            let levels = t.hook_levels.get();
+            if levels & bit != 0 {
                 return None;
             }
-            o.set(Some(api));
+            t.hook_levels.set(levels | bit);
+            t.hook_api[level as usize].set(Some(api));
             Some(HookGuard {
+                level,
                 _not_send: PhantomData,
             })
         })
     }
 
-    /// The API name of the outermost hooked call in progress on this thread, e.g. so that a
-    /// nested driver hook can tell it was reached from `cudaMallocAsync`.
+    /// The API name of the outermost hooked call in progress at this thread's current dispatch
+    /// level, e.g. so that a nested driver hook can tell it was reached from `cudaMallocAsync`.
     #[inline]
     pub fn outermost_api() -> Option<&'static CStr> {
-        OUTERMOST.with(Cell::get)
+        THREAD.with(|t| {
+            let level = t.depth.get();
+            if t.hook_levels.get() & (1 << level) == 0 {
+                return None;
+            }
+            t.hook_api[level as usize].get()
+        })
     }
 }
 
 impl Drop for HookGuard {
     #[inline]
     fn drop(&mut self) {
-        OUTERMOST.with(|o| o.set(None));
+        THREAD.with(|t| t.hook_levels.set(t.hook_levels.get() & !(1 << self.level)));
     }
-}
-
-/// The guard state saved around a callback; see [`suspend`].
-pub(crate) struct Suspended(Option<&'static CStr>);
-
-/// Makes the next hooked call on this thread outermost again (for the length of a callback).
-#[inline(always)]
-pub(crate) fn suspend() -> Suspended {
-    Suspended(OUTERMOST.with(|o| o.replace(None)))
-}
-
-/// Restores what [`suspend`] saved.
-#[inline(always)]
-pub(crate) fn resume(saved: Suspended) {
-    OUTERMOST.with(|o| o.set(saved.0));
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::slots;
     use super::*;
 
     #[test]
@@ -91,13 +89,15 @@ mod tests {
         let outer = HookGuard::enter(c"cudaMalloc").expect("outermost");
         assert!(HookGuard::enter(c"cuMemAlloc_v2").is_none());
         assert_eq!(HookGuard::outermost_api(), Some(c"cudaMalloc"));
-        let saved = suspend();
+        // One dispatch level deeper (inside a callback) a hooked call is outermost again.
+        let _level = slots::enter_level().expect("level 0");
         {
-            let inner = HookGuard::enter(c"cuMemAlloc_v2").expect("outermost again in a callback");
+            let inner = HookGuard::enter(c"cuMemAlloc_v2").expect("outermost in a callback");
             assert_eq!(HookGuard::outermost_api(), Some(c"cuMemAlloc_v2"));
+            assert!(HookGuard::enter(c"cuMemAlloc_v2").is_none());
             drop(inner);
         }
-        resume(saved);
+        slots::exit_level(0);
         assert_eq!(HookGuard::outermost_api(), Some(c"cudaMalloc"));
         drop(outer);
         assert_eq!(HookGuard::outermost_api(), None);

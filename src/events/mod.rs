@@ -17,6 +17,7 @@ mod slots;
 mod subscribers;
 #[cfg(test)]
 mod tests;
+mod thread;
 mod types;
 
 pub use callback::{Callback, SubscriptionId};

@@ -1,8 +1,8 @@
 //! Per-thread announcement slots: where a dispatching thread says "I am reading a snapshot since
 //! epoch E" and "I am running the callback with token T", without writing any shared cache line.
 //!
-//! Every thread claims one slot for good on its first dispatch (a const-initialised thread-local
-//! holds the index; no TLS destructor). Slots of exited threads are reclaimed by a liveness check
+//! Every thread claims one slot for good on its first dispatch (the index lives in the
+//! destructor-free thread-local of `thread.rs`). Slots of exited threads are reclaimed by a liveness check
 //! (`tgkill(pid, tid, 0)` answers `ESRCH`) when the owned slots run out, or while a writer waits
 //! on a slot. A liveness check was chosen over a `pthread_key_create` destructor because it cannot
 //! run after this library is unloaded, does not race with other TLS destructors that free CUDA
@@ -21,9 +21,10 @@
 //! registration of a function that lives as long as the process (see [`after_fork_child`]).
 #![allow(unsafe_code)]
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
+
+use super::thread::{ThreadState, THREAD};
 
 /// How many nested dispatch levels a thread may have (callback → allocation → dispatch → …).
 /// Deeper dispatches are dropped and counted, so a callback that allocates on every event
@@ -74,28 +75,9 @@ impl Slot {
 
 pub(crate) static SLOTS: [Slot; SLOT_COUNT] = [const { Slot::new() }; SLOT_COUNT];
 
-/// Sentinel index: no slot.
-const NO_SLOT: u32 = u32::MAX;
-
-const UNTRIED: u8 = 0;
+pub(crate) const UNTRIED: u8 = 0;
 const OWNS: u8 = 1;
 const BORROWS: u8 = 2;
-
-/// This thread's slot bookkeeping. `Cell`s of plain integers: no destructor is registered.
-struct ThreadSlot {
-    /// The slot in use: the owned one, or the borrowed one during a dispatch; `NO_SLOT` otherwise.
-    index: Cell<u32>,
-    /// `UNTRIED`, `OWNS` or `BORROWS` (no owned slot was free when this thread first dispatched).
-    kind: Cell<u8>,
-    /// Dispatch nesting level on this thread (0 = not dispatching).
-    depth: Cell<u32>,
-}
-
-thread_local! {
-    static THREAD: ThreadSlot = const {
-        ThreadSlot { index: Cell::new(NO_SLOT), kind: Cell::new(UNTRIED), depth: Cell::new(0) }
-    };
-}
 
 /// Where a new dispatch level of this thread announces itself.
 pub(crate) struct Level {
@@ -105,7 +87,7 @@ pub(crate) struct Level {
 }
 
 /// Enters one dispatch level on this thread; `None` beyond [`MAX_DEPTH`]. The outermost level
-/// finds (claims or borrows) the thread's slot.
+/// of a thread without a slot claims or borrows one.
 #[inline]
 pub(crate) fn enter_level() -> Option<Level> {
     THREAD.with(|t| {
@@ -113,65 +95,53 @@ pub(crate) fn enter_level() -> Option<Level> {
         if depth >= MAX_DEPTH {
             return None;
         }
-        let index = if depth == 0 {
-            outermost_slot(t)
-        } else {
-            t.index.get() as usize
+        // Only an owning thread has a slot at depth 0; a borrower gets one per dispatch.
+        let slot = match t.slot.get() {
+            Some(slot) => slot,
+            None => outermost_slot_slow(t),
         };
         t.depth.set(depth as u32 + 1);
-        Some(Level {
-            slot: &SLOTS[index],
-            level: depth,
-        })
+        Some(Level { slot, level: depth })
     })
 }
 
-/// Leaves the level entered last; the outermost exit gives a borrowed slot back.
+/// Leaves `level`, the level entered last; the outermost exit gives a borrowed slot back.
+/// (Storing the known level instead of decrementing saves a load that would wait on the store
+/// made at entry.)
 #[inline]
-pub(crate) fn exit_level() {
+pub(crate) fn exit_level(level: usize) {
     THREAD.with(|t| {
-        let depth = t.depth.get() - 1;
-        t.depth.set(depth);
-        if depth == 0 && t.kind.get() == BORROWS {
-            let index = t.index.replace(NO_SLOT) as usize;
-            // Release: our announcements (already cleared) happen before the next borrower's.
-            SLOTS[index].owner.store(FREE, Ordering::Release);
+        t.depth.set(level as u32);
+        if level == 0 && t.slot_kind.get() == BORROWS {
+            if let Some(slot) = t.slot.take() {
+                // Release: our announcements (already cleared) happen before the next borrower's.
+                slot.owner.store(FREE, Ordering::Release);
+            }
         }
     })
 }
 
 /// The slot this thread is using now, if it is inside a dispatch or owns one.
-pub(crate) fn current_index() -> Option<usize> {
-    THREAD.with(|t| match t.index.get() {
-        NO_SLOT => None,
-        i => Some(i as usize),
-    })
-}
-
-#[inline]
-fn outermost_slot(t: &ThreadSlot) -> usize {
-    if t.kind.get() == OWNS {
-        return t.index.get() as usize;
-    }
-    outermost_slot_slow(t)
+pub(crate) fn current_slot() -> Option<&'static Slot> {
+    THREAD.with(|t| t.slot.get())
 }
 
 #[cold]
-fn outermost_slot_slow(t: &ThreadSlot) -> usize {
-    if t.kind.get() == UNTRIED {
-        if let Some(i) = claim_owned() {
-            t.index.set(i as u32);
-            t.kind.set(OWNS);
-            return i;
+fn outermost_slot_slow(t: &ThreadState) -> &'static Slot {
+    if t.slot_kind.get() == UNTRIED {
+        if let Some(slot) = claim_owned() {
+            t.slot.set(Some(slot));
+            t.slot_kind.set(OWNS);
+            return slot;
         }
-        t.kind.set(BORROWS);
+        t.slot_kind.set(BORROWS);
     }
-    let i = borrow_spare();
-    t.index.set(i as u32);
-    i
+    let slot = borrow_spare();
+    t.slot.set(Some(slot));
+    slot
 }
 
-fn claim_owned() -> Option<usize> {
+fn claim_owned() -> Option<&'static Slot> {
     static ATFORK: Once = Once::new();
     ATFORK.call_once(|| {
         // SAFETY: registers a plain `extern "C" fn()` that stays valid for the life of the
@@ -180,14 +150,14 @@ fn claim_owned() -> Option<usize> {
     });
     let me = gettid();
     for pass in 0..2 {
-        for (i, slot) in SLOTS[..OWNED].iter().enumerate() {
+        for slot in &SLOTS[..OWNED] {
             if slot.owner.load(Ordering::Relaxed) == FREE
                 && slot
                     .owner
                     .compare_exchange(FREE, me, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
             {
-                return Some(i);
+                return Some(slot);
             }
         }
         if pass == 0 {
@@ -199,17 +169,17 @@ fn claim_owned() -> Option<usize> {
 
 /// Borrows a spare slot; spins only while every spare is lent to a thread that is dispatching,
 /// which ends when those dispatches return.
-fn borrow_spare() -> usize {
+fn borrow_spare() -> &'static Slot {
     let mut spins = 0u32;
     loop {
-        for (i, slot) in SLOTS.iter().enumerate().skip(OWNED) {
+        for slot in &SLOTS[OWNED..] {
             if slot.owner.load(Ordering::Relaxed) == FREE
                 && slot
                     .owner
                     .compare_exchange(FREE, LENT, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
             {
-                return i;
+                return slot;
             }
         }
         backoff(&mut spins);
@@ -218,15 +188,14 @@ fn borrow_spare() -> usize {
 
 /// Frees the owned slots of threads that no longer exist.
 fn reclaim_dead() {
-    for i in 0..OWNED {
-        reclaim_if_dead(i);
+    for slot in &SLOTS[..OWNED] {
+        reclaim_if_dead(slot);
     }
 }
 
-/// Frees slot `i` if its owner thread is gone (it may have died inside a callback, leaving its
+/// Frees `slot` if its owner thread is gone (it may have died inside a callback, leaving its
 /// announcements set). Returns whether it did.
-pub(crate) fn reclaim_if_dead(i: usize) -> bool {
-    let slot = &SLOTS[i];
+pub(crate) fn reclaim_if_dead(slot: &Slot) -> bool {
     let owner = slot.owner.load(Ordering::Acquire);
     if owner == FREE || owner == LENT || owner == RECLAIMING || thread_alive(owner) {
         return false;
@@ -268,9 +237,9 @@ fn thread_alive(tid: u64) -> bool {
 /// ones whose owners were mid-dispatch, which would otherwise block writers forever) and give the
 /// caller's slot its new thread id.
 extern "C" fn after_fork_child() {
-    let mine = current_index();
-    for (i, slot) in SLOTS.iter().enumerate() {
-        if Some(i) == mine {
+    let mine = current_slot();
+    for slot in &SLOTS {
+        if mine.is_some_and(|m| std::ptr::eq(m, slot)) {
             if slot.owner.load(Ordering::Relaxed) != LENT {
                 slot.owner.store(gettid(), Ordering::Relaxed);
             }
@@ -293,13 +262,13 @@ mod tests {
             let b = enter_level().expect("level 1");
             assert_eq!(b.level, 1);
             assert!(std::ptr::eq(a.slot, b.slot));
-            exit_level();
-            exit_level();
-            let first = current_index();
+            exit_level(1);
+            exit_level(0);
+            let first = current_slot().expect("owns a slot");
             let c = enter_level().expect("level 0 again");
-            assert_eq!(current_index(), first);
+            assert!(std::ptr::eq(c.slot, first));
             assert_eq!(c.level, 0);
-            exit_level();
+            exit_level(0);
         })
         .join()
         .unwrap();
@@ -307,17 +276,20 @@ mod tests {
 
     #[test]
     fn slot_of_exited_thread_is_reclaimed() {
-        let (index, tid) = std::thread::spawn(|| {
+        let (slot, tid) = std::thread::spawn(|| {
             let _ = enter_level();
-            exit_level();
-            (current_index().unwrap(), gettid())
+            exit_level(0);
+            (current_slot().unwrap(), gettid())
         })
         .join()
         .unwrap();
-        // The thread has been joined, so the kernel no longer knows its id. Another thread may
-        // have reclaimed (and even re-claimed) the slot first; then its owner changed.
-        let reclaimed = reclaim_if_dead(index);
-        assert!(reclaimed || SLOTS[index].owner.load(Ordering::Relaxed) != tid);
+        // The thread has been joined; the kernel forgets its id a moment later (it clears the
+        // joiner's futex before it finishes exiting). Another thread may also have reclaimed
+        // (and even re-claimed) the slot first; then its owner changed.
+        let mut spins = 0;
+        while !reclaim_if_dead(slot) && slot.owner.load(Ordering::Relaxed) == tid {
+            backoff(&mut spins);
+        }
     }
 
     #[test]
@@ -327,8 +299,8 @@ mod tests {
                 assert!(enter_level().is_some());
             }
             assert!(enter_level().is_none());
-            for _ in 0..MAX_DEPTH {
-                exit_level();
+            for level in (0..MAX_DEPTH).rev() {
+                exit_level(level);
             }
         })
         .join()
