@@ -24,6 +24,7 @@ impl SubscriberList {
         }
     }
 
+    #[inline]
     fn dispatch_to_snapshot(&self, ev: &MemEvent) {
         let Some(section) = Section::enter() else {
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);

@@ -108,6 +108,8 @@ fn writer_barrier() {
 pub(crate) struct Section {
     slot: &'static Slot,
     level: usize,
+    /// The slot was borrowed for this outermost level (see `slots.rs`).
+    borrowed: bool,
     /// `ASYMMETRIC`, read once per level (it only ever turns true, so a stale false is safe).
     asymmetric: bool,
     /// Sections are per-thread; keep them off other threads.
@@ -134,6 +136,7 @@ impl Section {
             // Below MAX_DEPTH by construction; the modulo only spares the bounds checks.
             level: l.level % MAX_DEPTH,
             asymmetric,
+            borrowed: l.borrowed,
             _not_send: std::marker::PhantomData,
         })
     }
@@ -161,7 +164,7 @@ impl Drop for Section {
             // Release: our reads of the snapshot happen before a writer that sees 0 frees it.
             self.slot.epoch.store(0, Ordering::Release);
         }
-        slots::exit_level(self.level);
+        slots::exit_level(self.level, self.borrowed);
     }
 }
 

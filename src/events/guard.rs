@@ -97,7 +97,7 @@ mod tests {
             assert!(HookGuard::enter(c"cuMemAlloc_v2").is_none());
             drop(inner);
         }
-        slots::exit_level(0);
+        slots::exit_level(0, false);
         assert_eq!(HookGuard::outermost_api(), Some(c"cudaMalloc"));
         drop(outer);
         assert_eq!(HookGuard::outermost_api(), None);

@@ -13,7 +13,7 @@ mod callback;
 mod dispatch;
 mod grace;
 mod guard;
-mod slots;
+pub(crate) mod slots;
 mod subscribers;
 #[cfg(test)]
 mod tests;

@@ -75,15 +75,13 @@ impl Slot {
 
 pub(crate) static SLOTS: [Slot; SLOT_COUNT] = [const { Slot::new() }; SLOT_COUNT];
 
-pub(crate) const UNTRIED: u8 = 0;
-const OWNS: u8 = 1;
-const BORROWS: u8 = 2;
-
 /// Where a new dispatch level of this thread announces itself.
 pub(crate) struct Level {
     pub(crate) slot: &'static Slot,
     /// 0 for the outermost dispatch.
     pub(crate) level: usize,
+    /// The slot was borrowed for this (outermost) level and goes back at its exit.
+    pub(crate) borrowed: bool,
 }
 
 /// Enters one dispatch level on this thread; `None` beyond [`MAX_DEPTH`]. The outermost level
@@ -96,23 +94,26 @@ pub(crate) fn enter_level() -> Option<Level> {
             return None;
         }
         // Only an owning thread has a slot at depth 0; a borrower gets one per dispatch.
-        let slot = match t.slot.get() {
-            Some(slot) => slot,
+        let (slot, borrowed) = match t.slot.get() {
+            Some(slot) => (slot, false),
             None => outermost_slot_slow(t),
         };
         t.depth.set(depth as u32 + 1);
-        Some(Level { slot, level: depth })
+        Some(Level {
+            slot,
+            level: depth,
+            borrowed,
+        })
     })
 }
 
-/// Leaves `level`, the level entered last; the outermost exit gives a borrowed slot back.
-/// (Storing the known level instead of decrementing saves a load that would wait on the store
-/// made at entry.)
+/// Leaves `level`, the level entered last, and gives a `borrowed` slot back. (Storing the known
+/// level instead of decrementing saves a load that would wait on the store made at entry.)
 #[inline]
-pub(crate) fn exit_level(level: usize) {
+pub(crate) fn exit_level(level: usize, borrowed: bool) {
     THREAD.with(|t| {
         t.depth.set(level as u32);
-        if level == 0 && t.slot_kind.get() == BORROWS {
+        if borrowed {
             if let Some(slot) = t.slot.take() {
                 // Release: our announcements (already cleared) happen before the next borrower's.
                 slot.owner.store(FREE, Ordering::Release);
@@ -126,19 +127,19 @@ pub(crate) fn current_slot() -> Option<&'static Slot> {
     THREAD.with(|t| t.slot.get())
 }
 
+/// The first dispatch of a thread claims a slot; later ones get here only if that failed.
+/// Returns the slot and whether it is borrowed.
 #[cold]
-fn outermost_slot_slow(t: &ThreadState) -> &'static Slot {
-    if t.slot_kind.get() == UNTRIED {
+fn outermost_slot_slow(t: &ThreadState) -> (&'static Slot, bool) {
+    if !t.tried_to_claim.replace(true) {
         if let Some(slot) = claim_owned() {
             t.slot.set(Some(slot));
-            t.slot_kind.set(OWNS);
-            return slot;
+            return (slot, false);
         }
-        t.slot_kind.set(BORROWS);
     }
     let slot = borrow_spare();
     t.slot.set(Some(slot));
-    slot
+    (slot, true)
 }
 
 fn claim_owned() -> Option<&'static Slot> {
@@ -262,13 +263,13 @@ mod tests {
             let b = enter_level().expect("level 1");
             assert_eq!(b.level, 1);
             assert!(std::ptr::eq(a.slot, b.slot));
-            exit_level(1);
-            exit_level(0);
+            exit_level(1, false);
+            exit_level(0, false);
             let first = current_slot().expect("owns a slot");
             let c = enter_level().expect("level 0 again");
             assert!(std::ptr::eq(c.slot, first));
             assert_eq!(c.level, 0);
-            exit_level(0);
+            exit_level(0, false);
         })
         .join()
         .unwrap();
@@ -278,7 +279,7 @@ mod tests {
     fn slot_of_exited_thread_is_reclaimed() {
         let (slot, tid) = std::thread::spawn(|| {
             let _ = enter_level();
-            exit_level(0);
+            exit_level(0, false);
             (current_slot().unwrap(), gettid())
         })
         .join()
@@ -300,7 +301,7 @@ mod tests {
             }
             assert!(enter_level().is_none());
             for level in (0..MAX_DEPTH).rev() {
-                exit_level(level);
+                exit_level(level, false);
             }
         })
         .join()

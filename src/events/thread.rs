@@ -13,8 +13,9 @@ use super::slots::{Slot, MAX_DEPTH};
 pub(crate) struct ThreadState {
     /// Slot in use: the owned one, or the borrowed one during a dispatch.
     pub(crate) slot: Cell<Option<&'static Slot>>,
-    /// How this thread gets its slot (`slots::UNTRIED`, `OWNS`, `BORROWS`).
-    pub(crate) slot_kind: Cell<u8>,
+    /// Whether this thread has tried to claim a slot of its own (after a failure it borrows one
+    /// per outermost dispatch).
+    pub(crate) tried_to_claim: Cell<bool>,
     /// Dispatch nesting level (0 = not dispatching).
     pub(crate) depth: Cell<u32>,
     /// Bit `d` is set while an outermost hooked call runs at dispatch level `d`.
@@ -28,7 +29,7 @@ thread_local! {
     pub(crate) static THREAD: ThreadState = const {
         ThreadState {
             slot: Cell::new(None),
-            slot_kind: Cell::new(super::slots::UNTRIED),
+            tried_to_claim: Cell::new(false),
             depth: Cell::new(0),
             hook_levels: Cell::new(0),
             hook_api: [const { Cell::new(None) }; MAX_DEPTH + 1],

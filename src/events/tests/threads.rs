@@ -248,3 +248,104 @@ fn two_threads_unsubscribe_themselves_from_inside_at_once() {
         .all(|m| m.removed.load(Ordering::Relaxed) == 1));
     assert!(list.is_empty());
 }
+
+fn count_call(_: &MemEvent, context: usize) {
+    ctx::<AtomicU64>(context).fetch_add(1, Ordering::Relaxed);
+}
+
+#[test]
+fn threads_beyond_the_slots_borrow_and_dead_slots_are_reclaimed() {
+    use crate::events::slots::{current_slot, SLOT_COUNT};
+    let _watchdog = Watchdog::start("threads_beyond_the_slots_borrow_and_dead_slots_are_reclaimed");
+    let list = leak(SubscriberList::new());
+    let calls = leak(AtomicU64::new(0));
+    list.subscribe(mask::ALL, 0, Callback::Rust(count_call), addr(calls))
+        .unwrap();
+    // More live threads than slots: the last ones to dispatch must borrow a spare per dispatch.
+    let n = SLOT_COUNT + 8;
+    let all_in = leak(Barrier::new(n));
+    let borrowers: u32 = (0..n)
+        .map(|_| {
+            thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    list.dispatch(&alloc(1));
+                    all_in.wait();
+                    list.dispatch(&free(1));
+                    // Outside dispatch, only an owner still has a slot.
+                    u32::from(current_slot().is_none())
+                })
+                .unwrap()
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .sum();
+    assert!(borrowers >= 8, "{borrowers} threads borrowed");
+    assert_eq!(calls.load(Ordering::Relaxed), 2 * n as u64);
+    // Those threads are gone: a new thread claims a slot of its own again, once the kernel has
+    // finished reaping one of them (progress, not time: it ends after a few tries).
+    let mut tries = 0;
+    while thread::spawn(move || {
+        list.dispatch(&alloc(2));
+        current_slot().is_none()
+    })
+    .join()
+    .unwrap()
+    {
+        tries += 1;
+        assert!(tries < 10_000, "no slot was ever reclaimed");
+    }
+}
+
+struct Parker {
+    entered: AtomicBool,
+    release: AtomicBool,
+}
+
+fn park(_: &MemEvent, context: usize) {
+    let p: &Parker = ctx(context);
+    p.entered.store(true, Ordering::Release);
+    while !p.release.load(Ordering::Acquire) {
+        thread::yield_now();
+    }
+}
+
+#[test]
+fn fork_child_does_not_wait_for_threads_of_the_parent() {
+    let list = leak(SubscriberList::new());
+    let parker = leak(Parker {
+        entered: AtomicBool::new(false),
+        release: AtomicBool::new(false),
+    });
+    list.subscribe(mask::ALL, 0, Callback::Rust(park), addr(parker))
+        .unwrap();
+    // A thread of the parent sits inside the callback while the process forks; in the child
+    // that thread does not exist, so unsubscribe must not wait for it.
+    let parked = thread::spawn(move || list.dispatch(&alloc(1)));
+    while !parker.entered.load(Ordering::Acquire) {
+        thread::yield_now();
+    }
+    // SAFETY: the child calls only unsubscribe (its mutex is not held by the parked thread;
+    // glibc's malloc is fork-safe) and leaves with _exit, never returning into the test harness.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: plain system calls; SIGALRM's default action ends a hung child.
+        unsafe { libc::alarm(20) };
+        let ok = list
+            .unsubscribe(mask::ALL, Callback::Rust(park), addr(parker))
+            .is_ok();
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    assert!(pid > 0, "fork failed");
+    parker.release.store(true, Ordering::Release);
+    parked.join().unwrap();
+    let mut status = 0;
+    // SAFETY: waits for our own child; `status` is a valid out-pointer.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status:#x} (SIGALRM = hung in unsubscribe)"
+    );
+}
