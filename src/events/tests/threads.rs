@@ -312,7 +312,8 @@ fn park(_: &MemEvent, context: usize) {
 }
 
 #[test]
-fn fork_child_does_not_wait_for_threads_of_the_parent() {
+fn fork_child_keeps_its_slot_and_does_not_wait_for_threads_of_the_parent() {
+    use crate::events::slots::{current_slot, reclaim_if_dead};
     let list = leak(SubscriberList::new());
     let parker = leak(Parker {
         entered: AtomicBool::new(false),
@@ -326,17 +327,29 @@ fn fork_child_does_not_wait_for_threads_of_the_parent() {
     while !parker.entered.load(Ordering::Acquire) {
         thread::yield_now();
     }
+    // The forking thread owns a slot too.
+    let other = leak(SubscriberList::new());
+    other
+        .subscribe(mask::ALL, 0, Callback::Rust(record_other), 0)
+        .unwrap();
+    other.dispatch(&alloc(1));
     // SAFETY: the child calls only unsubscribe (its mutex is not held by the parked thread;
     // glibc's malloc is fork-safe) and leaves with _exit, never returning into the test harness.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        // SAFETY: plain system calls; SIGALRM's default action ends a hung child.
+        // SAFETY: plain system call; SIGALRM's default action ends a hung child.
         unsafe { libc::alarm(20) };
-        let ok = list
-            .unsubscribe(mask::ALL, Callback::Rust(park), addr(parker))
-            .is_ok();
+        // In the child this thread has a new id; its slot must not look like a dead thread's.
+        let code = match current_slot() {
+            None => 2,
+            Some(mine) if reclaim_if_dead(mine) => 3,
+            Some(_) => match list.unsubscribe(mask::ALL, Callback::Rust(park), addr(parker)) {
+                Ok(()) => 0,
+                Err(_) => 1,
+            },
+        };
         // SAFETY: ends the child without running the parent's exit handlers.
-        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        unsafe { libc::_exit(code) };
     }
     assert!(pid > 0, "fork failed");
     parker.release.store(true, Ordering::Release);
@@ -346,6 +359,6 @@ fn fork_child_does_not_wait_for_threads_of_the_parent() {
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "child status {status:#x} (SIGALRM = hung in unsubscribe)"
+        "child status {status:#x} (exit 3: its own slot was taken for a dead thread's; SIGALRM: hung)"
     );
 }
