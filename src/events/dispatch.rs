@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::callback::{Callback, SubscriptionId};
 use super::grace::Section;
-use super::subscribers::{Entry, SubscriberList};
+use super::subscribers::{live_word, Entry, SubscriberList};
 use super::types::{flags, MemEvent};
 use crate::Result;
 
@@ -13,8 +13,9 @@ impl SubscriberList {
     /// Calls every subscriber whose mask has `ev.kind`, lowest priority first.
     ///
     /// Lock-free and allocation-free: it writes only this thread's own announcement slot. CUDA
-    /// calls a callback makes count as outermost for the hook guard and are dispatched too, up to [`super::MAX_DEPTH`] nested levels (deeper events are dropped and counted). A panicking
-    /// Rust callback is caught and counted, and the next subscriber still runs.
+    /// calls a callback makes count as outermost for the hook guard and are dispatched too, up
+    /// to [`super::MAX_DEPTH`] nested levels (deeper events are dropped and counted). A
+    /// panicking Rust callback is caught and counted, and the next subscriber still runs.
     #[inline]
     pub fn dispatch(&self, ev: &MemEvent) {
         // Empty list: nothing to announce. A subscribe racing with this may miss the event,
@@ -43,7 +44,9 @@ impl SubscriberList {
     /// wait for it.
     #[inline(always)]
     fn invoke(&self, section: &Section, e: &Entry, ev: &MemEvent, bit: u32) {
-        section.begin_call(e.token);
+        // The announcement names the event kind too, so that unsubscribing one kind waits only
+        // for calls of that kind.
+        section.begin_call(live_word(e.token, bit));
         let live = self.live(e.index);
         if live >> 8 == e.token && live & u64::from(bit) != 0 {
             // Hooked calls made by the callback see a deeper dispatch level, so the hook guard

@@ -7,10 +7,11 @@
 //! * **snapshot**: on entering its outermost dispatch a thread stores the current global epoch in
 //!   its slot, then loads the list head. A writer that swapped the head and then advanced the
 //!   epoch to `E` may free the old snapshot once every slot holds 0 or an epoch `>= E`.
-//! * **callback**: before each call a thread stores the subscription's token in its slot, then
-//!   re-checks that the token is still live. `unsubscribe` clears the token, then waits until no
-//!   *other* thread's slot shows it. Waiting per callback (not for whole dispatches) is what lets
-//!   two threads each unsubscribe their own callback from inside it without waiting on each other.
+//! * **callback**: before each call a thread stores the subscription's token and the event's kind
+//!   bit in its slot, then re-checks that the token is still live for that kind. `unsubscribe`
+//!   clears the kinds, then waits until no *other* thread's slot shows a call of them. Waiting per
+//!   callback and kind (not for whole dispatches) is what lets two threads each unsubscribe their
+//!   own callback from inside it without waiting on each other.
 //!
 //! The reader's barrier is the hot path. Where Linux `membarrier(PRIVATE_EXPEDITED)` works, the
 //! reader needs only a compiler fence and the writer issues the syscall, which executes a full
@@ -141,11 +142,12 @@ impl Section {
         })
     }
 
-    /// Announces that the callback with `token` is about to run; the caller must then check that
-    /// the token is still live and call [`Section::end_call`] afterwards.
+    /// Announces that a callback is about to run (`call` is its token and the event's kind bit,
+    /// as `subscribers::live_word` packs them); the caller must then check that the token is
+    /// still live for that kind and call [`Section::end_call`] afterwards.
     #[inline(always)]
-    pub(crate) fn begin_call(&self, token: u64) {
-        self.slot.active[self.level].store(token, Ordering::Relaxed);
+    pub(crate) fn begin_call(&self, call: u64) {
+        self.slot.active[self.level].store(call, Ordering::Relaxed);
         reader_barrier(self.asymmetric);
     }
 
@@ -187,12 +189,17 @@ pub(crate) fn oldest_reader_epoch() -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-/// Blocks until no thread other than the caller is running a callback with one of `tokens`.
-/// The tokens must already be dead (cleared from the list's live table).
-pub(crate) fn wait_for_calls(tokens: &[u64]) {
-    if tokens.is_empty() {
+/// Blocks until no thread other than the caller is running a call of one of `removed`: pairs of
+/// a token and the kind bits taken from it (already cleared from the list's live table).
+pub(crate) fn wait_for_calls(removed: &[(u64, u32)]) {
+    if removed.is_empty() {
         return;
     }
+    let matches = |call: u64| {
+        removed
+            .iter()
+            .any(|&(token, bits)| call >> 8 == token && call & u64::from(bits) != 0)
+    };
     writer_barrier();
     let mine = slots::current_slot();
     for slot in &SLOTS {
@@ -204,7 +211,7 @@ pub(crate) fn wait_for_calls(tokens: &[u64]) {
         while slot
             .active
             .iter()
-            .any(|a| tokens.contains(&a.load(Ordering::Acquire)))
+            .any(|a| matches(a.load(Ordering::Acquire)))
         {
             backoff(&mut spins);
             // A thread that died inside a callback never clears its slot.

@@ -209,8 +209,9 @@ impl SubscriberList {
     /// `context` (ucm semantics: a subscription left with no events is removed). When this
     /// returns, those calls run on no other thread and never start again, so the context may be
     /// freed. Called from inside a callback, it cannot wait for calls in progress on its own
-    /// thread (they finish after it returns). Two callbacks that unsubscribe *each other* from two
-    /// threads at once deadlock, as with any grace period; unsubscribing oneself is fine.
+    /// thread (they finish after it returns). Unsubscribing oneself from inside is fine on any
+    /// number of threads at once; but two callbacks that each remove what the other is running
+    /// (from two threads at once) wait for each other forever, as with any grace period.
     pub fn unsubscribe(&self, mask: u32, callback: Callback, context: usize) -> Result<()> {
         check_mask(mask)?;
         self.remove(|e| e.callback == callback && e.context == context, mask)
@@ -230,6 +231,7 @@ impl SubscriberList {
                 .iter_mut()
                 .filter(|e| matches(e) && e.mask & mask != 0)
             {
+                dead.push((e.token, e.mask & mask));
                 e.mask &= !mask;
                 // Relaxed: the writer barrier in wait_for_calls orders it before the slot scan.
                 self.read.live[e.index as usize].store(
@@ -240,7 +242,6 @@ impl SubscriberList {
                     },
                     Ordering::Relaxed,
                 );
-                dead.push(e.token);
             }
             if dead.is_empty() {
                 return Err(Error::NoSuchSubscriber);
@@ -248,8 +249,7 @@ impl SubscriberList {
             w.entries.retain(|e| e.mask != 0);
             self.publish(&mut w);
         }
-        // Outside the mutex: a callback blocked on it must not be what we wait for. Waiting also
-        // for calls of the bits that stay subscribed is conservative and harmless.
+        // Outside the mutex: a callback blocked on it must not be what we wait for.
         grace::wait_for_calls(&dead);
         self.reclaim(&mut self.lock());
         Ok(())

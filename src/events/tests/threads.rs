@@ -112,11 +112,15 @@ fn unsubscribe_guarantee_under_threads() {
             while rounds.holder.load(Ordering::Acquire) < round {
                 thread::yield_now();
             }
-            if round.is_multiple_of(2) {
-                list.unsubscribe(mask::ALL, Callback::Rust(check_canary), context)
-                    .unwrap();
-            } else {
-                list.unsubscribe_id(id).unwrap();
+            let cb = Callback::Rust(check_canary);
+            match round % 3 {
+                0 => list.unsubscribe(mask::ALL, cb, context).unwrap(),
+                1 => list.unsubscribe_id(id).unwrap(),
+                _ => {
+                    // One kind at a time: the subscription lives on for the other in between.
+                    list.unsubscribe(mask::FREE, cb, context).unwrap();
+                    list.unsubscribe(mask::ALLOC, cb, context).unwrap();
+                }
             }
             total_hits += ctx::<Canary>(context).hits.load(Ordering::Relaxed);
             ctx::<Canary>(context).magic.store(DEAD, Ordering::Relaxed);
@@ -246,6 +250,38 @@ fn two_threads_unsubscribe_themselves_from_inside_at_once() {
     assert!(meetings
         .iter()
         .all(|m| m.removed.load(Ordering::Relaxed) == 1));
+    assert!(list.is_empty());
+}
+
+struct HalfRemover {
+    list: &'static SubscriberList,
+    barrier: &'static Barrier,
+}
+
+/// Inside its call for one kind, waits for the other thread to be inside its call for the other
+/// kind, then unsubscribes the kind it is running.
+fn meet_then_remove_own_kind(ev: &MemEvent, context: usize) {
+    let h: &HalfRemover = ctx(context);
+    h.barrier.wait();
+    let cb = Callback::Rust(meet_then_remove_own_kind);
+    h.list.unsubscribe(ev.kind.mask(), cb, context).unwrap();
+}
+
+#[test]
+fn two_threads_unsubscribe_different_kinds_of_one_callback_from_inside_it() {
+    let _watchdog = Watchdog::start("two_threads_unsubscribe_different_kinds_of_one_callback");
+    let list = leak(SubscriberList::new());
+    let h = leak(HalfRemover {
+        list,
+        barrier: leak(Barrier::new(2)),
+    });
+    let cb = Callback::Rust(meet_then_remove_own_kind);
+    list.subscribe(mask::ALL, 0, cb, addr(h)).unwrap();
+    // Each waits only for calls of the kind it removes, so neither waits for the other.
+    thread::scope(|s| {
+        s.spawn(|| list.dispatch(&alloc(1)));
+        s.spawn(|| list.dispatch(&free(1)));
+    });
     assert!(list.is_empty());
 }
 
