@@ -227,3 +227,41 @@ fn replay_reaches_only_the_new_subscriber() {
     .unwrap();
     assert_eq!(tags(log), [2]);
 }
+
+struct Remover {
+    list: &'static SubscriberList,
+    victim: usize,
+    kinds: u32,
+}
+
+fn remove_victim(_: &MemEvent, context: usize) {
+    let r: &Remover = ctx(context);
+    r.list
+        .unsubscribe(r.kinds, Callback::Rust(record), r.victim)
+        .unwrap();
+}
+
+#[test]
+fn unsubscribe_takes_effect_within_the_dispatch_that_made_it() {
+    for kinds in [mask::FREE, mask::ALL] {
+        let list = leak(SubscriberList::new());
+        let log = new_log();
+        let victim = recorder(2, log);
+        let remover = addr(leak(Remover {
+            list,
+            victim,
+            kinds,
+        }));
+        list.subscribe(mask::FREE, 0, Callback::Rust(remove_victim), remover)
+            .unwrap();
+        list.subscribe(mask::ALL, 1, Callback::Rust(record), victim)
+            .unwrap();
+        // The dispatch iterates the snapshot it started with, which still lists the victim for
+        // frees; the victim must be skipped all the same.
+        list.dispatch(&free(1));
+        assert_eq!(tags(log), [] as [u32; 0], "kinds {kinds}");
+        list.dispatch(&alloc(2));
+        let expect: &[u32] = if kinds == mask::ALL { &[] } else { &[2] };
+        assert_eq!(tags(log), expect, "kinds {kinds}");
+    }
+}
