@@ -1,10 +1,17 @@
 //! Events: what one allocation or free looks like, the subscriber list that dispatches it, and
 //! the hooks' reentrancy guard.
 //!
-//! ucm-style: [`subscribe`] a callback with an event mask and a priority, [`dispatch`] calls every
-//! matching subscriber, [`unsubscribe`] returns only when the callback can no longer run (so its
-//! context may be freed). Dispatch is lock-free, allocation-free and writes no shared cache line;
-//! the machinery is in `grace.rs` (grace periods) and `slots.rs` (per-thread announcements).
+//! ucm-style: [`subscribe`] a callback with an event mask and a priority, [`dispatch()`] calls every
+//! matching subscriber (lowest priority first), [`unsubscribe`] returns only when the callback can
+//! no longer run on another thread (so its context may be freed).
+//!
+//! How, in short: writers publish immutable snapshots of the list (copy-on-write under a mutex);
+//! a dispatching thread announces itself in its own cache-line-sized slot (`slots.rs`) — the
+//! epoch it entered at, and the call it is making — and re-checks before each call that the
+//! subscription is still live; writers wait on those announcements (`grace.rs`), never readers on
+//! writers. Dispatch is lock-free, allocation-free and writes no shared cache line. On Linux the
+//! reader's store-load barrier is only a compiler fence, paid for by a `membarrier` system call
+//! in subscribe/unsubscribe; `CUHOOK_NO_MEMBARRIER=1` selects plain fences instead.
 //!
 //! The free functions work on one process-wide [`SubscriberList`]; the type itself can be
 //! instantiated for tests and embedding.

@@ -1,15 +1,18 @@
 //! Per-thread announcement slots: where a dispatching thread says "I am reading a snapshot since
 //! epoch E" and "I am running the callback with token T", without writing any shared cache line.
 //!
-//! Every thread claims one slot for good on its first dispatch (the index lives in the
-//! destructor-free thread-local of `thread.rs`). Slots of exited threads are reclaimed by a liveness check
-//! (`tgkill(pid, tid, 0)` answers `ESRCH`) when the owned slots run out, or while a writer waits
-//! on a slot. A liveness check was chosen over a `pthread_key_create` destructor because it cannot
-//! run after this library is unloaded, does not race with other TLS destructors that free CUDA
-//! memory (and so dispatch) after ours would have run, and needs no per-thread registration. A
-//! reused thread id only makes a dead slot look alive (it is kept longer), never the reverse.
-//! When all owned slots belong to live threads, a thread borrows one of a few spare slots for
-//! the length of each outermost dispatch (a shared CAS: slower, still correct).
+//! Every thread claims one slot for good on its first dispatch (a reference to it lives in the
+//! destructor-free thread-local of `thread.rs`). Slots of exited threads are reclaimed by a
+//! liveness check (`tgkill(pid, tid, 0)` answers `ESRCH`) when the owned slots run out, or while
+//! a writer waits on a slot. A liveness check was chosen over a `pthread_key_create` destructor
+//! because it cannot run after this library is unloaded, does not race with other TLS
+//! destructors that free CUDA memory (and so dispatch) after ours would have run, and needs no
+//! per-thread registration. A reused thread id only makes a dead slot look alive (it is kept
+//! longer), never the reverse; so does a thread the kernel is still reaping.
+//!
+//! A thread that finds every owned slot taken by a live thread borrows one of `SPARE` slots for
+//! the length of each outermost dispatch (a shared CAS: slower, still correct). If all spares
+//! are lent, it waits for one; a borrower that died inside a callback would keep its spare.
 //!
 //! After `fork`, the child holds only the forking thread: a `pthread_atfork` child handler frees
 //! every other slot (their owners do not exist there) and re-stamps the caller's with its new id.
@@ -52,7 +55,8 @@ pub(crate) struct Slot {
     owner: AtomicU64,
     /// Global epoch read when the thread entered its outermost dispatch; 0 outside dispatch.
     pub(crate) epoch: AtomicU64,
-    /// Token of the callback in progress at each nesting level; 0 where none runs.
+    /// The call in progress at each nesting level (token and event kind, packed like the live
+    /// table's words); 0 where none runs.
     pub(crate) active: [AtomicU64; MAX_DEPTH],
 }
 

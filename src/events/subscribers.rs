@@ -1,5 +1,5 @@
 //! The subscriber list: writers build immutable snapshots under a mutex and publish them with
-//! one pointer swap; readers ([`super::dispatch`]) never lock.
+//! one pointer swap; readers ([`SubscriberList::dispatch`]) never lock.
 //!
 //! A subscription has a stable `index` into the `live` table and a `token` (unique in the
 //! process). `live[index]` holds `token << 8 | mask` while the subscription receives those
@@ -11,7 +11,7 @@
 //!
 //! `head` and the `retired` list own heap snapshots through raw pointers (made by
 //! `Box::into_raw`). A snapshot is freed only when the grace-period check says no thread can still
-//! read it ([`grace::quiescent_since`]), or in `Drop`, which has exclusive access.
+//! read it ([`grace::oldest_reader_epoch`]), or in `Drop`, which has exclusive access.
 #![allow(unsafe_code)]
 
 use std::num::NonZeroU64;
