@@ -60,6 +60,7 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
+    /// `entries` must not be empty (an empty list is a null head).
     fn new(entries: &[Entry]) -> Box<Snapshot> {
         let mut s = Box::new(Snapshot {
             len: entries.len(),
