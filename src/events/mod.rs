@@ -1,5 +1,89 @@
-//! Events: what one allocation or free looks like, and (later) the subscriber list that dispatches it.
+//! Events: what one allocation or free looks like, the subscriber list that dispatches it, and
+//! the hooks' reentrancy guard.
+//!
+//! ucm-style: [`subscribe`] a callback with an event mask and a priority, [`dispatch()`] calls every
+//! matching subscriber (lowest priority first), [`unsubscribe`] returns only when the callback can
+//! no longer run on another thread (so its context may be freed).
+//!
+//! How, in short: writers publish immutable snapshots of the list (copy-on-write under a mutex);
+//! a dispatching thread announces itself in its own cache-line-sized slot (`slots.rs`) — the
+//! epoch it entered at, and the call it is making — and re-checks before each call that the
+//! subscription is still live; writers wait on those announcements (`grace.rs`), never readers on
+//! writers. Dispatch is lock-free, allocation-free and writes no shared cache line. On Linux the
+//! reader's store-load barrier is only a compiler fence, paid for by a `membarrier` system call
+//! in subscribe/unsubscribe; `CUHOOK_NO_MEMBARRIER=1` selects plain fences instead.
+//!
+//! The free functions work on one process-wide [`SubscriberList`]; the type itself can be
+//! instantiated for tests and embedding.
 
+mod callback;
+mod dispatch;
+mod grace;
+mod guard;
+pub(crate) mod slots;
+mod subscribers;
+#[cfg(test)]
+mod tests;
+mod thread;
 mod types;
 
+pub use callback::{Callback, SubscriptionId};
+pub use grace::asymmetric_barriers;
+pub use guard::HookGuard;
+pub use slots::MAX_DEPTH;
+pub use subscribers::{DispatchStats, SubscriberList, CAPACITY};
 pub use types::{flags, mask, EventKind, MemEvent, MemType};
+
+use crate::Result;
+
+static SUBSCRIBERS: SubscriberList = SubscriberList::new();
+
+/// The process-wide subscriber list that the CUDA hooks dispatch to.
+pub fn subscribers() -> &'static SubscriberList {
+    &SUBSCRIBERS
+}
+
+/// [`SubscriberList::subscribe`] on the process-wide list.
+pub fn subscribe(
+    mask: u32,
+    priority: i32,
+    callback: Callback,
+    context: usize,
+) -> Result<SubscriptionId> {
+    SUBSCRIBERS.subscribe(mask, priority, callback, context)
+}
+
+/// [`SubscriberList::subscribe_with_replay`] on the process-wide list.
+pub fn subscribe_with_replay<F>(
+    mask: u32,
+    priority: i32,
+    callback: Callback,
+    context: usize,
+    replay: F,
+) -> Result<SubscriptionId>
+where
+    F: FnOnce(&mut dyn FnMut(&MemEvent)),
+{
+    SUBSCRIBERS.subscribe_with_replay(mask, priority, callback, context, replay)
+}
+
+/// [`SubscriberList::unsubscribe`] on the process-wide list.
+pub fn unsubscribe(mask: u32, callback: Callback, context: usize) -> Result<()> {
+    SUBSCRIBERS.unsubscribe(mask, callback, context)
+}
+
+/// [`SubscriberList::unsubscribe_id`] on the process-wide list.
+pub fn unsubscribe_id(id: SubscriptionId) -> Result<()> {
+    SUBSCRIBERS.unsubscribe_id(id)
+}
+
+/// [`SubscriberList::dispatch`] on the process-wide list.
+#[inline]
+pub fn dispatch(ev: &MemEvent) {
+    SUBSCRIBERS.dispatch(ev)
+}
+
+/// [`SubscriberList::stats`] of the process-wide list.
+pub fn stats() -> DispatchStats {
+    SUBSCRIBERS.stats()
+}

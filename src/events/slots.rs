@@ -1,0 +1,314 @@
+//! Per-thread announcement slots: where a dispatching thread says "I am reading a snapshot since
+//! epoch E" and "I am running the callback with token T", without writing any shared cache line.
+//!
+//! Every thread claims one slot for good on its first dispatch (a reference to it lives in the
+//! destructor-free thread-local of `thread.rs`). Slots of exited threads are reclaimed by a
+//! liveness check (`tgkill(pid, tid, 0)` answers `ESRCH`) when the owned slots run out, or while
+//! a writer waits on a slot. A liveness check was chosen over a `pthread_key_create` destructor
+//! because it cannot run after this library is unloaded, does not race with other TLS
+//! destructors that free CUDA memory (and so dispatch) after ours would have run, and needs no
+//! per-thread registration. A reused thread id only makes a dead slot look alive (it is kept
+//! longer), never the reverse; so does a thread the kernel is still reaping.
+//!
+//! A thread that finds every owned slot taken by a live thread borrows one of `SPARE` slots for
+//! the length of each outermost dispatch (a shared CAS: slower, still correct). If all spares
+//! are lent, it waits for one; a borrower that died inside a callback would keep its spare.
+//!
+//! After `fork`, the child holds only the forking thread: a `pthread_atfork` child handler frees
+//! every other slot (their owners do not exist there) and re-stamps the caller's with its new id.
+//!
+//! # Safety
+//!
+//! This module calls `syscall(SYS_gettid)`, `syscall(SYS_tgkill, pid, tid, 0)`, `getpid` and
+//! `pthread_atfork`: plain system calls on integers with no memory arguments, and an atfork
+//! registration of a function that lives as long as the process (see [`after_fork_child`]).
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Once;
+
+use super::thread::{ThreadState, THREAD};
+
+/// How many nested dispatch levels a thread may have (callback → allocation → dispatch → …).
+/// Deeper dispatches are dropped and counted, so a callback that allocates on every event
+/// terminates.
+pub const MAX_DEPTH: usize = 8;
+
+/// All slots. 512 × 128 bytes = 64 KiB of zero-initialised memory, touched only as used.
+pub(crate) const SLOT_COUNT: usize = 512;
+/// Slots at the end kept free for threads that have no owned slot; lent per outermost dispatch.
+const SPARE: usize = 16;
+/// Slots that threads own until they exit.
+const OWNED: usize = SLOT_COUNT - SPARE;
+
+const FREE: u64 = 0;
+/// Owner value of a spare slot while lent.
+const LENT: u64 = u64::MAX;
+/// Owner value while a dead thread's slot is being cleared.
+const RECLAIMING: u64 = u64::MAX - 1;
+
+/// One thread's announcements. 128-byte aligned so neighbours never share a cache line (nor the
+/// adjacent line that the spatial prefetcher pulls in with it).
+#[repr(C, align(128))]
+pub(crate) struct Slot {
+    /// `FREE`, `LENT`, `RECLAIMING`, or the owner's kernel thread id. Written only on claim/reclaim.
+    owner: AtomicU64,
+    /// Global epoch read when the thread entered its outermost dispatch; 0 outside dispatch.
+    pub(crate) epoch: AtomicU64,
+    /// The call in progress at each nesting level (token and event kind, packed like the live
+    /// table's words); 0 where none runs.
+    pub(crate) active: [AtomicU64; MAX_DEPTH],
+}
+
+impl Slot {
+    const fn new() -> Slot {
+        Slot {
+            owner: AtomicU64::new(FREE),
+            epoch: AtomicU64::new(0),
+            active: [const { AtomicU64::new(0) }; MAX_DEPTH],
+        }
+    }
+
+    fn clear(&self) {
+        self.epoch.store(0, Ordering::Relaxed);
+        for a in &self.active {
+            a.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+pub(crate) static SLOTS: [Slot; SLOT_COUNT] = [const { Slot::new() }; SLOT_COUNT];
+
+/// Where a new dispatch level of this thread announces itself.
+pub(crate) struct Level {
+    pub(crate) slot: &'static Slot,
+    /// 0 for the outermost dispatch.
+    pub(crate) level: usize,
+    /// The slot was borrowed for this (outermost) level and goes back at its exit.
+    pub(crate) borrowed: bool,
+}
+
+/// Enters one dispatch level on this thread; `None` beyond [`MAX_DEPTH`]. The outermost level
+/// of a thread without a slot claims or borrows one.
+#[inline]
+pub(crate) fn enter_level() -> Option<Level> {
+    THREAD.with(|t| {
+        let depth = t.depth.get() as usize;
+        if depth >= MAX_DEPTH {
+            return None;
+        }
+        // Only an owning thread has a slot at depth 0; a borrower gets one per dispatch.
+        let (slot, borrowed) = match t.slot.get() {
+            Some(slot) => (slot, false),
+            None => outermost_slot_slow(t),
+        };
+        t.depth.set(depth as u32 + 1);
+        Some(Level {
+            slot,
+            level: depth,
+            borrowed,
+        })
+    })
+}
+
+/// Leaves `level`, the level entered last, and gives a `borrowed` slot back. (Storing the known
+/// level instead of decrementing saves a load that would wait on the store made at entry.)
+#[inline]
+pub(crate) fn exit_level(level: usize, borrowed: bool) {
+    THREAD.with(|t| {
+        t.depth.set(level as u32);
+        if borrowed {
+            if let Some(slot) = t.slot.take() {
+                // Release: our announcements (already cleared) happen before the next borrower's.
+                slot.owner.store(FREE, Ordering::Release);
+            }
+        }
+    })
+}
+
+/// The slot this thread is using now, if it is inside a dispatch or owns one.
+pub(crate) fn current_slot() -> Option<&'static Slot> {
+    THREAD.with(|t| t.slot.get())
+}
+
+/// The first dispatch of a thread claims a slot; later ones get here only if that failed.
+/// Returns the slot and whether it is borrowed.
+#[cold]
+fn outermost_slot_slow(t: &ThreadState) -> (&'static Slot, bool) {
+    if !t.tried_to_claim.replace(true) {
+        if let Some(slot) = claim_owned() {
+            t.slot.set(Some(slot));
+            return (slot, false);
+        }
+    }
+    let slot = borrow_spare();
+    t.slot.set(Some(slot));
+    (slot, true)
+}
+
+fn claim_owned() -> Option<&'static Slot> {
+    static ATFORK: Once = Once::new();
+    ATFORK.call_once(|| {
+        // SAFETY: registers a plain `extern "C" fn()` that stays valid for the life of the
+        // process; a failure (ENOMEM) only loses the post-fork clean-up, which is best effort.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    });
+    let me = gettid();
+    for pass in 0..2 {
+        for slot in &SLOTS[..OWNED] {
+            if slot.owner.load(Ordering::Relaxed) == FREE
+                && slot
+                    .owner
+                    .compare_exchange(FREE, me, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return Some(slot);
+            }
+        }
+        if pass == 0 {
+            reclaim_dead();
+        }
+    }
+    None
+}
+
+/// Borrows a spare slot; spins only while every spare is lent to a thread that is dispatching,
+/// which ends when those dispatches return.
+fn borrow_spare() -> &'static Slot {
+    let mut spins = 0u32;
+    loop {
+        for slot in &SLOTS[OWNED..] {
+            if slot.owner.load(Ordering::Relaxed) == FREE
+                && slot
+                    .owner
+                    .compare_exchange(FREE, LENT, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return slot;
+            }
+        }
+        backoff(&mut spins);
+    }
+}
+
+/// Frees the owned slots of threads that no longer exist.
+fn reclaim_dead() {
+    for slot in &SLOTS[..OWNED] {
+        reclaim_if_dead(slot);
+    }
+}
+
+/// Frees `slot` if its owner thread is gone (it may have died inside a callback, leaving its
+/// announcements set). Returns whether it did.
+pub(crate) fn reclaim_if_dead(slot: &Slot) -> bool {
+    let owner = slot.owner.load(Ordering::Acquire);
+    if owner == FREE || owner == LENT || owner == RECLAIMING || thread_alive(owner) {
+        return false;
+    }
+    if slot
+        .owner
+        .compare_exchange(owner, RECLAIMING, Ordering::AcqRel, Ordering::Relaxed)
+        .is_err()
+    {
+        return false;
+    }
+    slot.clear();
+    slot.owner.store(FREE, Ordering::Release);
+    true
+}
+
+/// Spin briefly, then yield: waiters on a 2-core machine must let the awaited thread run.
+pub(crate) fn backoff(spins: &mut u32) {
+    *spins = spins.wrapping_add(1);
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+fn gettid() -> u64 {
+    // SAFETY: SYS_gettid takes no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u64 }
+}
+
+fn thread_alive(tid: u64) -> bool {
+    // SAFETY: signal 0 only checks that the thread exists; no memory is passed.
+    let r = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid as libc::pid_t, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// In the child after `fork`, only the forking thread exists: free every other slot (including
+/// ones whose owners were mid-dispatch, which would otherwise block writers forever) and give the
+/// caller's slot its new thread id.
+extern "C" fn after_fork_child() {
+    let mine = current_slot();
+    for slot in &SLOTS {
+        if mine.is_some_and(|m| std::ptr::eq(m, slot)) {
+            if slot.owner.load(Ordering::Relaxed) != LENT {
+                slot.owner.store(gettid(), Ordering::Relaxed);
+            }
+        } else {
+            slot.clear();
+            slot.owner.store(FREE, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_is_claimed_once_and_levels_nest() {
+        std::thread::spawn(|| {
+            let a = enter_level().expect("level 0");
+            assert_eq!(a.level, 0);
+            let b = enter_level().expect("level 1");
+            assert_eq!(b.level, 1);
+            assert!(std::ptr::eq(a.slot, b.slot));
+            exit_level(1, false);
+            exit_level(0, false);
+            let first = current_slot().expect("owns a slot");
+            let c = enter_level().expect("level 0 again");
+            assert!(std::ptr::eq(c.slot, first));
+            assert_eq!(c.level, 0);
+            exit_level(0, false);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn slot_of_exited_thread_is_reclaimed() {
+        let (slot, tid) = std::thread::spawn(|| {
+            let _ = enter_level();
+            exit_level(0, false);
+            (current_slot().unwrap(), gettid())
+        })
+        .join()
+        .unwrap();
+        // The thread has been joined; the kernel forgets its id a moment later (it clears the
+        // joiner's futex before it finishes exiting). Another thread may also have reclaimed
+        // (and even re-claimed) the slot first; then its owner changed.
+        let mut spins = 0;
+        while !reclaim_if_dead(slot) && slot.owner.load(Ordering::Relaxed) == tid {
+            backoff(&mut spins);
+        }
+    }
+
+    #[test]
+    fn depth_limit() {
+        std::thread::spawn(|| {
+            for _ in 0..MAX_DEPTH {
+                assert!(enter_level().is_some());
+            }
+            assert!(enter_level().is_none());
+            for level in (0..MAX_DEPTH).rev() {
+                exit_level(level, false);
+            }
+        })
+        .join()
+        .unwrap();
+    }
+}

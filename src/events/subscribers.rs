@@ -1,0 +1,367 @@
+//! The subscriber list: writers build immutable snapshots under a mutex and publish them with
+//! one pointer swap; readers ([`SubscriberList::dispatch`]) never lock.
+//!
+//! A subscription has a stable `index` into the `live` table and a `token` (unique in the
+//! process). `live[index]` holds `token << 8 | mask` while the subscription receives those
+//! events; dispatch re-checks it before every call, after announcing the call (see
+//! [`super::grace`]). That check, not the snapshot swap, is what makes `unsubscribe` take effect:
+//! a reader may go on iterating an old snapshot, but it skips entries whose token is dead.
+//!
+//! # Safety
+//!
+//! `head` and the `retired` list own heap snapshots through raw pointers (made by
+//! `Box::into_raw`). A snapshot is freed only when the grace-period check says no thread can still
+//! read it ([`grace::oldest_reader_epoch`]), or in `Drop`, which has exclusive access.
+#![allow(unsafe_code)]
+
+use std::num::NonZeroU64;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use super::callback::{Callback, SubscriptionId};
+use super::grace::{self, Section};
+use super::types::mask;
+use crate::{Error, Result};
+
+/// Most subscriptions one list holds at once.
+pub const CAPACITY: usize = 64;
+
+/// Source of tokens and subscription ids; never reused (2^56 subscriptions is out of reach).
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+fn next_token() -> u64 {
+    NEXT_TOKEN.fetch_add(1, Ordering::Relaxed)
+}
+
+/// `live` value of a subscription: token and the event bits it still receives.
+#[inline(always)]
+pub(crate) fn live_word(token: u64, mask: u32) -> u64 {
+    token << 8 | u64::from(mask & 0xff)
+}
+
+/// One subscription as dispatch sees it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Entry {
+    pub(crate) callback: Callback,
+    pub(crate) context: usize,
+    pub(crate) token: u64,
+    pub(crate) mask: u32,
+    pub(crate) index: u32,
+    pub(crate) priority: i32,
+    pub(crate) id: SubscriptionId,
+}
+
+/// An immutable, priority-ordered copy of the list. The entries sit inline (not in a `Vec`) so
+/// that dispatch reaches them with one dependent load fewer; unused tail entries are padding.
+pub(crate) struct Snapshot {
+    len: usize,
+    entries: [Entry; CAPACITY],
+}
+
+impl Snapshot {
+    /// `entries` must not be empty (an empty list is a null head).
+    fn new(entries: &[Entry]) -> Box<Snapshot> {
+        let mut s = Box::new(Snapshot {
+            len: entries.len(),
+            entries: [entries[0]; CAPACITY],
+        });
+        s.entries[..entries.len()].copy_from_slice(entries);
+        s
+    }
+
+    #[inline(always)]
+    pub(crate) fn entries(&self) -> &[Entry] {
+        &self.entries[..self.len]
+    }
+}
+
+struct Retired {
+    snapshot: *mut Snapshot,
+    epoch: u64,
+}
+
+/// Writer-side state, under the mutex.
+struct Writer {
+    /// The current list, sorted by priority; equal priorities in subscription order.
+    entries: Vec<Entry>,
+    /// Replaced snapshots that readers may still be iterating.
+    retired: Vec<Retired>,
+}
+
+// SAFETY: `Retired` only carries the pointer to a snapshot that no thread writes; ownership moves
+// with the writer state, which is behind a mutex.
+unsafe impl Send for Writer {}
+
+/// What a dispatching thread reads, kept apart from the writer mutex and the counters so that
+/// writers and counting never invalidate the readers' cache lines.
+#[repr(C, align(128))]
+struct ReadMostly {
+    /// The current snapshot; null when the list is empty (dispatch then returns at once).
+    head: AtomicPtr<Snapshot>,
+    /// Per subscription index: `live_word(token, mask)`, or 0 when unused.
+    live: [AtomicU64; CAPACITY],
+}
+
+/// A list of subscribers with lock-free dispatch. The process-wide one is
+/// [`super::subscribers()`]; other instances are independent (tests, embedding).
+#[repr(C)]
+pub struct SubscriberList {
+    read: ReadMostly,
+    writer: Mutex<Writer>,
+    pub(crate) counters: Counters,
+}
+
+/// Rarely written counters, on their own cache line.
+#[repr(C, align(128))]
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) panics: AtomicU64,
+    pub(crate) dropped: AtomicU64,
+}
+
+/// Counts of things dispatch had to swallow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DispatchStats {
+    /// Callbacks that panicked (the panic was caught; later subscribers still ran).
+    pub panics: u64,
+    /// Events not dispatched because the thread was already [`super::MAX_DEPTH`] dispatches deep
+    /// (a callback allocating on every event).
+    pub dropped_nested: u64,
+}
+
+impl Default for SubscriberList {
+    fn default() -> Self {
+        SubscriberList::new()
+    }
+}
+
+impl SubscriberList {
+    /// An empty list. `const` so the process-wide list is a plain static (no lazy init on the
+    /// hook path).
+    pub const fn new() -> SubscriberList {
+        SubscriberList {
+            read: ReadMostly {
+                head: AtomicPtr::new(ptr::null_mut()),
+                live: [const { AtomicU64::new(0) }; CAPACITY],
+            },
+            writer: Mutex::new(Writer {
+                entries: Vec::new(),
+                retired: Vec::new(),
+            }),
+            counters: Counters {
+                panics: AtomicU64::new(0),
+                dropped: AtomicU64::new(0),
+            },
+        }
+    }
+
+    /// Adds `callback` for the events in `mask` ([`mask::ALLOC`], [`mask::FREE`]). Lower
+    /// `priority` runs first; equal priorities run in subscription order. The subscriber receives
+    /// events dispatched after this returns (events racing with it may or may not be seen).
+    pub fn subscribe(
+        &self,
+        mask: u32,
+        priority: i32,
+        callback: Callback,
+        context: usize,
+    ) -> Result<SubscriptionId> {
+        self.insert(mask, priority, callback, context).map(|e| e.id)
+    }
+
+    /// Inserts and publishes; returns the entry (for replay).
+    pub(crate) fn insert(
+        &self,
+        mask: u32,
+        priority: i32,
+        callback: Callback,
+        context: usize,
+    ) -> Result<Entry> {
+        check_mask(mask)?;
+        let mut w = self.lock();
+        if w.entries.len() >= CAPACITY {
+            return Err(Error::CapacityExceeded {
+                what: "event subscribers",
+                limit: CAPACITY,
+            });
+        }
+        let index = (0..CAPACITY as u32)
+            .find(|i| w.entries.iter().all(|e| e.index != *i))
+            .expect("fewer than CAPACITY entries leave an index free");
+        let token = next_token();
+        let entry = Entry {
+            callback,
+            context,
+            token,
+            mask,
+            index,
+            priority,
+            id: SubscriptionId(NonZeroU64::new(token).expect("tokens start at 1")),
+        };
+        let at = w.entries.partition_point(|e| e.priority <= priority);
+        w.entries.insert(at, entry);
+        // Live before the snapshot is published: a reader that sees the entry sees it live.
+        self.read.live[index as usize].store(live_word(token, mask), Ordering::Release);
+        self.publish(&mut w);
+        Ok(entry)
+    }
+
+    /// Stops delivering the events in `mask` to every subscription with this `callback` and
+    /// `context` (ucm semantics: a subscription left with no events is removed). When this
+    /// returns, those calls run on no other thread and never start again, so the context may be
+    /// freed. Called from inside a callback, it cannot wait for calls in progress on its own
+    /// thread (they finish after it returns). Unsubscribing oneself from inside is fine on any
+    /// number of threads at once; but two callbacks that each remove what the other is running
+    /// (from two threads at once) wait for each other forever, as with any grace period.
+    pub fn unsubscribe(&self, mask: u32, callback: Callback, context: usize) -> Result<()> {
+        check_mask(mask)?;
+        self.remove(|e| e.callback == callback && e.context == context, mask)
+    }
+
+    /// Removes one subscription entirely; same guarantee as [`SubscriberList::unsubscribe`].
+    pub fn unsubscribe_id(&self, id: SubscriptionId) -> Result<()> {
+        self.remove(|e| e.id == id, mask::ALL)
+    }
+
+    fn remove(&self, matches: impl Fn(&Entry) -> bool, mask: u32) -> Result<()> {
+        let mut dead = Vec::new();
+        {
+            let mut w = self.lock();
+            for e in w
+                .entries
+                .iter_mut()
+                .filter(|e| matches(e) && e.mask & mask != 0)
+            {
+                dead.push((e.token, e.mask & mask));
+                e.mask &= !mask;
+                // Relaxed: the writer barrier in wait_for_calls orders it before the slot scan.
+                self.read.live[e.index as usize].store(
+                    if e.mask == 0 {
+                        0
+                    } else {
+                        live_word(e.token, e.mask)
+                    },
+                    Ordering::Relaxed,
+                );
+            }
+            if dead.is_empty() {
+                return Err(Error::NoSuchSubscriber);
+            }
+            w.entries.retain(|e| e.mask != 0);
+            self.publish(&mut w);
+        }
+        // Outside the mutex: a callback blocked on it must not be what we wait for.
+        grace::wait_for_calls(&dead);
+        self.reclaim(&mut self.lock());
+        Ok(())
+    }
+
+    /// Counters of swallowed panics and dropped nested events.
+    pub fn stats(&self) -> DispatchStats {
+        DispatchStats {
+            panics: self.counters.panics.load(Ordering::Relaxed),
+            dropped_nested: self.counters.dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// How many subscriptions the list holds now.
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    /// Whether the list has no subscriptions.
+    pub fn is_empty(&self) -> bool {
+        self.read.head.load(Ordering::Relaxed).is_null()
+    }
+
+    /// The current snapshot, valid while `_section` (an outermost or nested dispatch level on
+    /// this thread) lives.
+    #[inline(always)]
+    pub(crate) fn snapshot<'s>(&self, _section: &'s Section) -> Option<&'s Snapshot> {
+        let p = self.read.head.load(Ordering::Acquire);
+        // SAFETY: non-null heads come from Box::into_raw in publish. The section announced this
+        // thread's epoch before this load (grace.rs), so reclaim cannot free the snapshot until
+        // the outermost section of this thread ends, which outlives `_section`.
+        unsafe { p.as_ref() }
+    }
+
+    /// Whether the list is empty, without entering a section (the dispatch fast path).
+    #[inline(always)]
+    pub(crate) fn has_subscribers(&self) -> bool {
+        !self.read.head.load(Ordering::Relaxed).is_null()
+    }
+
+    /// The `live` word of subscription index `i`.
+    #[inline(always)]
+    pub(crate) fn live(&self, i: u32) -> u64 {
+        // Relaxed: ordered after the caller's call announcement by Section::begin_call's barrier;
+        // publication order is given by the Acquire load of the head.
+        self.read.live[i as usize % CAPACITY].load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Writer> {
+        grace::init_writer();
+        // A panic while holding the lock leaves `Writer` consistent (every mutation is a single
+        // Vec operation), so poisoning carries no information here.
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Publishes `w.entries` as the new snapshot and retires the old one.
+    fn publish(&self, w: &mut Writer) {
+        let new = if w.entries.is_empty() {
+            ptr::null_mut()
+        } else {
+            Box::into_raw(Snapshot::new(&w.entries))
+        };
+        let old = self.read.head.swap(new, Ordering::AcqRel);
+        let epoch = grace::advance_epoch();
+        if !old.is_null() {
+            w.retired.push(Retired {
+                snapshot: old,
+                epoch,
+            });
+        }
+        self.reclaim(w);
+    }
+
+    /// Frees the retired snapshots that no thread can still read. Never blocks: what is still in
+    /// use waits for the next write.
+    fn reclaim(&self, w: &mut Writer) {
+        if w.retired.is_empty() {
+            return;
+        }
+        let oldest = grace::oldest_reader_epoch();
+        w.retired.retain(|r| {
+            if r.epoch > oldest {
+                return true;
+            }
+            // SAFETY: from Box::into_raw in publish, no longer reachable from `head`, and every
+            // thread now dispatching entered after the head swap that retired it.
+            drop(unsafe { Box::from_raw(r.snapshot) });
+            false
+        });
+    }
+}
+
+impl Drop for SubscriberList {
+    fn drop(&mut self) {
+        let w = self.writer.get_mut().unwrap_or_else(|p| p.into_inner());
+        let head = *self.read.head.get_mut();
+        for p in w.retired.drain(..).map(|r| r.snapshot).chain(Some(head)) {
+            if !p.is_null() {
+                // SAFETY: `&mut self` means no dispatch is in progress on this list; each
+                // pointer came from Box::into_raw and is owned by exactly one of head/retired.
+                drop(unsafe { Box::from_raw(p) });
+            }
+        }
+    }
+}
+
+fn check_mask(m: u32) -> Result<()> {
+    if m == 0 || m & !mask::ALL != 0 {
+        return Err(Error::InvalidArgument {
+            what: "event mask must be a non-empty combination of mask::ALLOC and mask::FREE",
+        });
+    }
+    Ok(())
+}
