@@ -36,16 +36,17 @@ struct Gcc {
     compiler: PathBuf,
     src: PathBuf,
     out: PathBuf,
-    include: PathBuf,
+    includes: Vec<PathBuf>,
 }
 
 impl Gcc {
     fn run(&self, what: &str, args: &[String]) {
-        let status = Command::new(&self.compiler)
-            .args(["-O1", "-g", "-Wall", "-Wextra", "-Werror", "-I"])
-            .arg(&self.include)
-            .arg("-I")
-            .arg(&self.src)
+        let mut cmd = Command::new(&self.compiler);
+        cmd.args(["-O1", "-g", "-Wall", "-Wextra", "-Werror"]);
+        for dir in &self.includes {
+            cmd.arg("-I").arg(dir);
+        }
+        let status = cmd
             .args(args)
             .current_dir(&self.out)
             .status()
@@ -154,6 +155,35 @@ fn dl_fixtures(gcc: &Gcc) {
         ],
         &["-ltarget", "-lloader", "-lnextx", "-lnexty", "-lnoplt"],
     );
+}
+
+/// The fake driver (`libcuda.so.1`) and runtime (`libcudart.so.13`, `libcudart_static.a`).
+fn fake_cuda(gcc: &Gcc) {
+    let cuda = |f: &str| format!("../cuda/{f}");
+    let c11 = ["-std=c11", "-fvisibility=hidden"];
+    gcc.shared("libcuda.so.1", &[&cuda("fake_libcuda.c")], &c11, &["-lpthread"]);
+    gcc.shared("libcudart.so.13", &[&cuda("fake_cudart.c")], &c11, &["-ldl", "-lpthread"]);
+    let obj = "fake_cudart_static.o";
+    let mut args: Vec<String> = c11.iter().map(|s| s.to_string()).collect();
+    args.extend(["-fPIC".into(), "-c".into(), "-o".into(), obj.into(), gcc.src(&cuda("fake_cudart.c"))]);
+    gcc.run(obj, &args);
+    let _ = std::fs::remove_file(gcc.out.join("libcudart_static.a"));
+    let status = Command::new("ar").args(["rcs", "libcudart_static.a", obj]).current_dir(&gcc.out).status().expect("run ar");
+    assert!(status.success(), "ar failed for libcudart_static.a");
+}
+
+/// The CPU coverage matrix: every call path to the driver and runtime (hook-tests/coverage.rs).
+fn coverage_fixtures(gcc: &Gcc) {
+    let cov = |f: &str| format!("../coverage/{f}");
+    for m in MODES {
+        let flags: Vec<&str> = ["-fPIE", "-pie"].iter().chain(m.cflags).chain(m.ldflags).copied().collect();
+        gcc.app(&format!("app_cov_drv_{}", m.name), &[&cov("app_cov_drv.c")], &flags, &["-l:libcuda.so.1"]);
+    }
+    gcc.shared("libcov_plugin.so", &[&cov("cov_plugin.c")], &[], &["-l:libcuda.so.1", "-ldl"]);
+    gcc.shared("libcov_local.so", &[&cov("cov_local.c")], &[], &["-ldl"]);
+    gcc.app("app_cov_local", &[&cov("app_cov_local.c")], &["-fPIE", "-pie"], &[]);
+    gcc.app("app_cov_rt_shared", &[&cov("app_cov_rt.c")], &["-fPIE", "-pie"], &["-l:libcudart.so.13"]);
+    gcc.app("app_cov_rt_static", &[&cov("app_cov_rt.c")], &["-fPIE", "-pie"], &["libcudart_static.a"]);
 }
 
 fn main() {

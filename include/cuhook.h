@@ -25,9 +25,75 @@ extern "C" {
 #define CUHOOK_ERR_NO_SUCH_SUBSCRIBER -6
 #define CUHOOK_ERR_BUSY               -7
 #define CUHOOK_ERR_INTERNAL           -8
+#define CUHOOK_ERR_NOT_FOUND          -9
 
 /* A static, human-readable message for a status. Never NULL. */
 const char *cuhook_strerror(int status);
+
+/* ---- CUDA memory events (ucm-style) ----------------------------------------------------- */
+
+/* Install the CUDA hook set and the registry; idempotent. */
+int cuhook_install(void);
+/* Restore every slot the CUDA hooks patched. */
+int cuhook_uninstall(void);
+
+/* Event bits (the `events` argument and the callback's `event`). */
+#define CUHOOK_EVENT_MEM_TYPE_ALLOC   (1 << 0)
+#define CUHOOK_EVENT_MEM_TYPE_FREE    (1 << 1)
+/* Flags for cuhook_set_event_handler's `events`. */
+#define CUHOOK_EVENT_FLAG_NO_INSTALL     (1 << 16) /* subscribe without installing the hooks */
+#define CUHOOK_EVENT_FLAG_EXISTING_ALLOC (1 << 17) /* first replay every range already known */
+
+/* Memory types. */
+#define CUHOOK_MEM_TYPE_HOST          0
+#define CUHOOK_MEM_TYPE_CUDA          1
+#define CUHOOK_MEM_TYPE_CUDA_MANAGED  2
+#define CUHOOK_MEM_TYPE_UNKNOWN       3
+
+/* Allocation flags. */
+#define CUHOOK_FLAG_STREAM_ORDERED (1u << 0)
+#define CUHOOK_FLAG_POOL           (1u << 1)
+#define CUHOOK_FLAG_VMM            (1u << 2)
+#define CUHOOK_FLAG_PINNED_HOST    (1u << 3)
+#define CUHOOK_FLAG_REGISTERED     (1u << 4)
+#define CUHOOK_FLAG_EXISTING       (1u << 5) /* replayed to a new subscriber */
+#define CUHOOK_FLAG_PURGED         (1u << 6) /* freed by context destroy / device reset */
+
+typedef struct cuhook_mem_event {
+    void *address;
+    size_t size;          /* alloc: as requested; free: the registry's record (0 if unknown) */
+    int mem_type;         /* CUHOOK_MEM_TYPE_* */
+    int device;           /* device ordinal, -1 if unknown */
+    unsigned int flags;   /* CUHOOK_FLAG_* */
+    const char *api;      /* the API the application called, e.g. "cudaMallocAsync" */
+    void *stream;
+    void *pool;
+    void *context;
+} cuhook_mem_event_t;
+
+typedef struct cuhook_mem_info {
+    void *address;        /* start of the allocation */
+    size_t size;
+    int mem_type;
+    int device;
+    unsigned int flags;
+    const char *api;
+    void *stream;
+    void *pool;
+    void *context;
+    uint64_t seq;         /* increases with every insert: a reused address gets a new seq */
+} cuhook_mem_info_t;
+
+typedef void (*cuhook_event_callback_t)(int event, const cuhook_mem_event_t *ev, void *arg);
+
+/* Subscribe; lower priority runs first, equal priorities in subscription order. Installs the
+ * hooks unless CUHOOK_EVENT_FLAG_NO_INSTALL is given. */
+int cuhook_set_event_handler(int events, int priority, cuhook_event_callback_t cb, void *arg);
+/* Unsubscribe; when it returns, `cb` runs on no thread and will never be called again. */
+int cuhook_unset_event_handler(int events, cuhook_event_callback_t cb, void *arg);
+/* Registry only: the allocation containing [address, address+length). CUHOOK_ERR_NOT_FOUND
+ * when none does. */
+int cuhook_lookup(const void *address, size_t length, cuhook_mem_info_t *info);
 
 /* ---- generic GOT/PLT hooks -------------------------------------------------------------- */
 

@@ -22,6 +22,8 @@ pub const CUHOOK_ERR_NO_SUCH_SUBSCRIBER: i32 = -6;
 pub const CUHOOK_ERR_BUSY: i32 = -7;
 /// A Rust panic was caught at the C boundary (a bug: please report it).
 pub const CUHOOK_ERR_INTERNAL: i32 = -8;
+/// The registry holds no allocation at that address.
+pub const CUHOOK_ERR_NOT_FOUND: i32 = -9;
 
 /// The C status of an error.
 pub fn status_of(e: &Error) -> i32 {
@@ -56,6 +58,7 @@ pub fn message_of(status: i32) -> &'static std::ffi::CStr {
         }
         CUHOOK_ERR_BUSY => c"cuhook is busy (called re-entrantly from a hook or constructor)",
         CUHOOK_ERR_INTERNAL => c"internal error in cuhook (a bug; please report it)",
+        CUHOOK_ERR_NOT_FOUND => c"no known allocation contains that address range",
         _ => c"unknown cuhook status",
     }
 }

@@ -32,6 +32,13 @@ use std::time::Duration;
 pub use diagnostics::{Conflict, Diagnostics, ForeignSlot};
 pub use engine::UninstallReport;
 pub use interpose::DL_SET_NAME;
+
+/// The hook to hand out for a function address: the replacement of an installed hook whose
+/// original is `address`, else `address` itself. This is what `dlsym` and `cuGetProcAddress`
+/// return through cuhook.
+pub fn substitute(address: usize) -> usize {
+    interpose::substitute(address)
+}
 pub use set::{Hook, HookSet, OriginalStore};
 pub use skip::{exclude_list, set_exclude_list, SkipReason};
 

@@ -1,0 +1,223 @@
+//! The CPU coverage matrix: every hooked CUDA symbol × every call path, on the fake driver and
+//! runtime. Each path is a fixture app or plugin run in its own process; each call it makes is
+//! printed ("call …") after the events cuhook dispatched during it ("event …"). A cell is seen
+//! when every call of that symbol on that path produced exactly the expected event (address,
+//! size, type, api) and left the result unchanged. The matrix is printed and written to
+//! docs/coverage.md; any missed or duplicated cell fails the test.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use common::{run_fixture, Run};
+
+/// One call path: a column of the matrix.
+struct Path {
+    column: &'static str,
+    what: &'static str,
+    program: &'static str,
+    args: &'static [&'static str],
+    /// The api an event should name for a call of `symbol` on this path.
+    api: fn(&str) -> &str,
+}
+
+fn same(symbol: &str) -> &str {
+    symbol
+}
+
+/// The shared runtime: runtime entry points are hooked in the GOT; driver pointers the runtime
+/// hands out are hooked through cuGetProcAddress.
+fn shared_runtime(symbol: &str) -> &str {
+    match symbol {
+        "cudaGetDriverEntryPoint" => "cuMemAlloc_v2",
+        "cudaGetDriverEntryPointByVersion" => "cuMemAllocAsync_ptsz",
+        s => s,
+    }
+}
+
+/// The static runtime lives inside the executable: only its driver calls are visible, through
+/// the pointers it got from cuGetProcAddress_v2.
+fn static_runtime(symbol: &str) -> &str {
+    match symbol {
+        "cudaMalloc" => "cuMemAlloc_v2",
+        "cudaMallocPitch" => "cuMemAllocPitch_v2",
+        "cudaMallocManaged" => "cuMemAllocManaged",
+        "cudaFree" => "cuMemFree_v2",
+        "cudaMallocAsync" => "cuMemAllocAsync",
+        "cudaMallocAsync_ptsz" => "cuMemAllocAsync_ptsz",
+        "cudaMallocFromPoolAsync" => "cuMemAllocFromPoolAsync",
+        "cudaMallocFromPoolAsync_ptsz" => "cuMemAllocFromPoolAsync_ptsz",
+        "cudaFreeAsync" => "cuMemFreeAsync",
+        "cudaFreeAsync_ptsz" => "cuMemFreeAsync_ptsz",
+        "cudaMallocHost" | "cudaHostAlloc" => "cuMemHostAlloc",
+        "cudaFreeHost" => "cuMemFreeHost",
+        "cudaHostRegister" => "cuMemHostRegister_v2",
+        "cudaHostUnregister" => "cuMemHostUnregister",
+        "cudaDeviceReset" => "cuDevicePrimaryCtxReset_v2",
+        s => shared_runtime(s),
+    }
+}
+
+const PATHS: &[Path] = &[
+    Path { column: "1 lazy", what: "app linked to the driver, lazy binding", program: "app_cov_drv_lazy", args: &["direct"], api: same },
+    Path { column: "2 relro", what: "full RELRO (-z relro -z now)", program: "app_cov_drv_now", args: &["direct"], api: same },
+    Path { column: "3 noplt", what: "-fno-plt (GLOB_DAT only)", program: "app_cov_drv_noplt", args: &["direct"], api: same },
+    Path { column: "4 taken", what: "function addresses taken (GLOB_DAT)", program: "app_cov_drv_lazy", args: &["taken"], api: same },
+    Path { column: "5 rt-shared", what: "shared runtime libcudart.so", program: "app_cov_rt_shared", args: &[], api: shared_runtime },
+    Path { column: "6 rt-static", what: "static runtime (dlsym → cuGetProcAddress_v2)", program: "app_cov_rt_static", args: &[], api: static_runtime },
+    Path { column: "7 plugin", what: "plugin dlopen'd after install", program: "app_cov_drv_lazy", args: &["plugin"], api: same },
+    Path { column: "8 dlsym", what: "the app's own dlsym of each driver symbol", program: "app_cov_drv_lazy", args: &["dlsym"], api: same },
+    Path { column: "9 procaddr", what: "the app's own cuGetProcAddress (per-thread flag → _ptsz)", program: "app_cov_drv_lazy", args: &["procaddr"], api: same },
+    Path { column: "10 late", what: "install after lazy slots were resolved by earlier calls", program: "app_cov_drv_lazy", args: &["late"], api: same },
+    Path { column: "11 local", what: "plugin dlopens libcuda.so.1 RTLD_LOCAL", program: "app_cov_local", args: &[], api: same },
+];
+
+#[derive(Debug, Clone)]
+struct Event {
+    kind: String,
+    api: String,
+    addr: String,
+    size: usize,
+    flags: u32,
+}
+
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split(' ').find_map(|f| f.strip_prefix(key).and_then(|r| r.strip_prefix('='))).unwrap_or("")
+}
+
+/// (symbol, problem or None) for every call the app made after subscribing.
+fn judge(run: &Run, path: &Path) -> Vec<(String, Option<String>)> {
+    let mut verdicts = Vec::new();
+    let mut pending: Vec<Event> = Vec::new();
+    let mut live = false;
+    for line in run.stdout.lines() {
+        if line == "subscribed" {
+            live = true;
+            pending.clear();
+            continue;
+        }
+        if !live {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("event ") {
+            pending.push(Event {
+                kind: rest.split(' ').next().unwrap_or("").to_owned(),
+                api: field(rest, "api").to_owned(),
+                addr: field(rest, "addr").to_owned(),
+                size: field(rest, "size").parse().unwrap_or(usize::MAX),
+                flags: u32::from_str_radix(field(rest, "flags").trim_start_matches("0x"), 16).unwrap_or(0),
+            });
+            continue;
+        }
+        let Some(rest) = line.strip_prefix("call ") else { continue };
+        let symbol = rest.split(' ').next().unwrap_or("").to_owned();
+        let rc = field(rest, "rc");
+        let kind = field(rest, "kind");
+        let addr = field(rest, "addr");
+        let size: usize = field(rest, "size").parse().unwrap_or(0);
+        let events = std::mem::take(&mut pending);
+        let want_api = (path.api)(&symbol);
+        let problem = match kind {
+            "none" if events.is_empty() => None,
+            "none" => Some(format!("expected no event, got {events:?}")),
+            "alloc" | "free" | "purge" if rc != "0" => Some(format!("call failed rc={rc}")),
+            "alloc" | "free" | "purge" => {
+                let want_kind = if kind == "alloc" { "alloc" } else { "free" };
+                match events.as_slice() {
+                    [e] if e.kind == want_kind && e.addr == addr && e.size == size && e.api == want_api && (kind != "purge" || e.flags & 0x40 != 0) => None,
+                    [] => Some("missed: no event".to_owned()),
+                    [_] => Some(format!("wrong event {events:?}, want {want_kind} {addr} size {size} api {want_api}")),
+                    _ => Some(format!("duplicated: {events:?}")),
+                }
+            }
+            other => Some(format!("workload reported `{other}`")),
+        };
+        verdicts.push((symbol, problem));
+    }
+    for (name, ok, detail) in run.checks() {
+        verdicts.push((format!("check:{name}"), (!ok).then_some(detail)));
+    }
+    verdicts
+}
+
+#[test]
+fn coverage_matrix() {
+    // symbol -> column -> problems (empty: seen)
+    let mut cells: BTreeMap<String, BTreeMap<&str, Vec<String>>> = BTreeMap::new();
+    let mut failures = Vec::new();
+    for path in PATHS {
+        let run = run_fixture(path.program, path.args, &[]);
+        if !run.status.success() || !run.stdout.contains("subscribed") {
+            failures.push(format!("{}: exit {:?}\n{}\n{}", path.column, run.status, run.stdout, run.stderr));
+            continue;
+        }
+        for (symbol, problem) in judge(&run, path) {
+            let row = match symbol.as_str() {
+                "check:procaddr_all_found" | "check:procaddr_returns_wrapper" | "check:procaddr_unknown_untouched" => "cuGetProcAddress_v2".to_owned(),
+                "check:procaddr_v1_maps" => "cuGetProcAddress".to_owned(),
+                s if s.starts_with("check:") => continue,
+                s => s.to_owned(),
+            };
+            let cell = cells.entry(row).or_default().entry(path.column).or_default();
+            if let Some(p) = problem {
+                failures.push(format!("{} × {}: {p}", path.column, symbol));
+                cell.push(p);
+            }
+        }
+        // Every driver call of the static runtime went through pointers from cuGetProcAddress_v2.
+        if path.column == "6 rt-static" {
+            cells.entry("cuGetProcAddress_v2".to_owned()).or_default().entry(path.column).or_default();
+        }
+    }
+    let mut rows: Vec<&str> = cuhook::cuda::HOOKS.iter().map(|h| h.symbol).collect();
+    rows.sort_by_key(|s| (cuhook::cuda::HOOKS.iter().position(|h| h.symbol == *s), *s));
+    let mut table = String::from("| symbol |");
+    for p in PATHS {
+        let _ = write!(table, " {} |", p.column);
+    }
+    table.push_str("\n|---|");
+    table.push_str(&"---|".repeat(PATHS.len()));
+    table.push('\n');
+    let mut unexercised = Vec::new();
+    for row in &rows {
+        let _ = write!(table, "| `{row}` |");
+        let mut any = false;
+        for p in PATHS {
+            let cell = match cells.get(*row).and_then(|c| c.get(p.column)) {
+                Some(problems) if problems.is_empty() => {
+                    any = true;
+                    "seen"
+                }
+                Some(_) => {
+                    any = true;
+                    "**MISSED**"
+                }
+                None => "·",
+            };
+            let _ = write!(table, " {cell} |");
+        }
+        table.push('\n');
+        if !any {
+            unexercised.push(*row);
+        }
+    }
+    let mut doc = String::from(
+        "# Hook coverage on the CPU (fake driver and runtime)\n\nWritten by `cargo test --release --test coverage` (hook-tests/coverage.rs). \
+         `seen`: every call of the symbol on that path produced exactly the expected event (address, size, memory type, api; \
+         frees with the registry's size; teardown purges with the PURGED flag) and returned the driver's result unchanged; \
+         failures, `free(NULL)` and out-of-memory produced none. `·`: the path does not call that symbol.\n\nPaths:\n\n",
+    );
+    for p in PATHS {
+        let _ = writeln!(doc, "- **{}**: {} (`{}{}`)", p.column, p.what, p.program, p.args.iter().map(|a| format!(" {a}")).collect::<String>());
+    }
+    doc.push('\n');
+    doc.push_str(&table);
+    println!("{doc}");
+    if failures.is_empty() && unexercised.is_empty() {
+        let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/coverage.md");
+        std::fs::write(&out, &doc).expect("write docs/coverage.md");
+    }
+    assert!(unexercised.is_empty(), "hooked symbols no path exercises: {unexercised:?}");
+    assert!(failures.is_empty(), "{} failing cells:\n{}", failures.len(), failures.join("\n"));
+}

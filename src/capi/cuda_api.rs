@@ -1,0 +1,213 @@
+//! C API of the CUDA side (`cuhook_install`, event handlers, registry lookups), ucm-style.
+//!
+//! # Safety
+//! Pointers from C are checked for NULL; beyond that the caller promises what the header says
+//! (`info` writable, callbacks valid until unset). Panics are caught by [`ffi_call`].
+#![allow(unsafe_code)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::status::{ffi_call, CUHOOK_OK};
+use crate::events::{self, Callback, EventKind, MemEvent, MemType};
+use crate::registry::{self, Allocation};
+use crate::{Error, Result};
+
+/// `CUHOOK_EVENT_MEM_TYPE_ALLOC`.
+pub const EVENT_ALLOC: c_int = 1;
+/// `CUHOOK_EVENT_MEM_TYPE_FREE`.
+pub const EVENT_FREE: c_int = 2;
+/// `CUHOOK_EVENT_FLAG_NO_INSTALL`: subscribe without installing the hooks.
+pub const FLAG_NO_INSTALL: c_int = 1 << 16;
+/// `CUHOOK_EVENT_FLAG_EXISTING_ALLOC`: first replay every range the registry holds.
+pub const FLAG_EXISTING_ALLOC: c_int = 1 << 17;
+
+/// `cuhook_mem_event_t`.
+#[repr(C)]
+pub struct CMemEvent {
+    pub address: *mut c_void,
+    pub size: usize,
+    pub mem_type: c_int,
+    pub device: c_int,
+    pub flags: c_uint,
+    pub api: *const c_char,
+    pub stream: *mut c_void,
+    pub pool: *mut c_void,
+    pub context: *mut c_void,
+}
+
+/// `cuhook_mem_info_t`.
+#[repr(C)]
+pub struct CMemInfo {
+    pub address: *mut c_void,
+    pub size: usize,
+    pub mem_type: c_int,
+    pub device: c_int,
+    pub flags: c_uint,
+    pub api: *const c_char,
+    pub stream: *mut c_void,
+    pub pool: *mut c_void,
+    pub context: *mut c_void,
+    pub seq: u64,
+}
+
+/// `cuhook_event_callback_t`.
+pub type CCallback = unsafe extern "C" fn(event: c_int, ev: *const CMemEvent, arg: *mut c_void);
+
+/// The id of the CUDA installation made through the C API (0: none).
+static INSTALLED: AtomicU64 = AtomicU64::new(0);
+
+fn install_once() -> Result<()> {
+    if INSTALLED.load(Ordering::Acquire) != 0 {
+        return Ok(());
+    }
+    let id = crate::cuda::install()?.leak();
+    if INSTALLED.compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        // Another thread won: drop our extra reference.
+        crate::hooks::uninstall_id(id)?;
+    }
+    Ok(())
+}
+
+/// Install the CUDA hooks and the registry. Idempotent.
+#[no_mangle]
+pub extern "C" fn cuhook_install() -> c_int {
+    ffi_call(|| install_once().map(|_| CUHOOK_OK))
+}
+
+/// Restore every slot the CUDA hooks patched.
+#[no_mangle]
+pub extern "C" fn cuhook_uninstall() -> c_int {
+    ffi_call(|| {
+        let id = INSTALLED.swap(0, Ordering::AcqRel);
+        if id == 0 {
+            return Err(Error::NotInstalled);
+        }
+        crate::hooks::uninstall_id(id).map(|_| CUHOOK_OK)
+    })
+}
+
+fn c_event(ev: &MemEvent) -> CMemEvent {
+    CMemEvent {
+        address: ev.address as *mut c_void,
+        size: ev.size,
+        mem_type: ev.mem_type as c_int,
+        device: ev.device,
+        flags: ev.flags,
+        api: ev.api.as_ptr(),
+        stream: ev.stream as *mut c_void,
+        pool: ev.pool as *mut c_void,
+        context: ev.context as *mut c_void,
+    }
+}
+
+/// Calls a C callback (its address is `target`) with the C view of the event.
+fn c_adapter(target: usize, ev: &MemEvent, arg: usize) {
+    let c = c_event(ev);
+    // SAFETY: `target` is the address of a `cuhook_event_callback_t` given to
+    // cuhook_set_event_handler, valid until it is unset.
+    unsafe { std::mem::transmute::<usize, CCallback>(target)(ev.kind as c_int, &c, arg as *mut c_void) };
+}
+
+fn mask_of(events: c_int) -> Result<u32> {
+    let m = (events & (EVENT_ALLOC | EVENT_FREE)) as u32;
+    if m == 0 || events & !(EVENT_ALLOC | EVENT_FREE | FLAG_NO_INSTALL | FLAG_EXISTING_ALLOC) != 0 {
+        return Err(Error::InvalidArgument { what: "events must name ALLOC and/or FREE (plus known flags only)" });
+    }
+    Ok(m)
+}
+
+/// Subscribe `cb(event, ev, arg)` to the events in `events` (lower priority runs first).
+/// Installs the hooks unless `CUHOOK_EVENT_FLAG_NO_INSTALL` is given.
+///
+/// # Safety
+/// `cb` stays callable until unset.
+#[no_mangle]
+pub unsafe extern "C" fn cuhook_set_event_handler(events: c_int, priority: c_int, cb: Option<CCallback>, arg: *mut c_void) -> c_int {
+    ffi_call(|| {
+        let cb = cb.ok_or(Error::InvalidArgument { what: "callback is NULL" })?;
+        let mask = mask_of(events)?;
+        if events & FLAG_NO_INSTALL == 0 {
+            install_once()?;
+        }
+        let callback = Callback::Foreign { adapter: c_adapter, target: cb as usize };
+        if events & FLAG_EXISTING_ALLOC != 0 {
+            events::subscribe_with_replay(mask, priority, callback, arg as usize, |emit| {
+                registry::global().for_each(|a| emit(&a.to_event()));
+            })?;
+        } else {
+            events::subscribe(mask, priority, callback, arg as usize)?;
+        }
+        Ok(CUHOOK_OK)
+    })
+}
+
+/// Remove a handler; when this returns, `cb` runs on no thread and will not be called again.
+///
+/// # Safety
+/// None beyond the header's contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuhook_unset_event_handler(events: c_int, cb: Option<CCallback>, arg: *mut c_void) -> c_int {
+    ffi_call(|| {
+        let cb = cb.ok_or(Error::InvalidArgument { what: "callback is NULL" })?;
+        let callback = Callback::Foreign { adapter: c_adapter, target: cb as usize };
+        events::unsubscribe(mask_of(events)?, callback, arg as usize)?;
+        Ok(CUHOOK_OK)
+    })
+}
+
+fn fill_info(info: *mut CMemInfo, a: &Allocation) {
+    // SAFETY: `info` is non-null and writable (checked by callers, promised by the header).
+    unsafe {
+        *info = CMemInfo {
+            address: a.start as *mut c_void,
+            size: a.size,
+            mem_type: a.mem_type as c_int,
+            device: a.device,
+            flags: a.flags,
+            api: a.api.as_ptr(),
+            stream: a.stream as *mut c_void,
+            pool: a.pool as *mut c_void,
+            context: a.context as *mut c_void,
+            seq: a.seq,
+        }
+    };
+}
+
+/// Registry lookup: the allocation containing `[address, address+length)` (length 0: the one
+/// byte at `address`). Returns 0 and fills `info`, or `CUHOOK_ERR_NOT_FOUND`.
+///
+/// # Safety
+/// `info` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuhook_lookup(address: *const c_void, length: usize, info: *mut CMemInfo) -> c_int {
+    ffi_call(|| {
+        if info.is_null() {
+            return Err(Error::InvalidArgument { what: "info is NULL" });
+        }
+        match registry::global().lookup_span(address as usize, length) {
+            Some(a) => {
+                fill_info(info, &a);
+                Ok(CUHOOK_OK)
+            }
+            None => Ok(super::status::CUHOOK_ERR_NOT_FOUND),
+        }
+    })
+}
+
+impl Allocation {
+    /// This allocation as an alloc event (for replays).
+    pub fn to_event(&self) -> MemEvent {
+        let mut ev = MemEvent::new(EventKind::Alloc, self.start, self.size, self.api);
+        ev.mem_type = self.mem_type;
+        ev.device = self.device;
+        ev.flags = self.flags;
+        ev.stream = self.stream;
+        ev.pool = self.pool;
+        ev.context = self.context;
+        ev
+    }
+}
+
+#[allow(dead_code)]
+const _: MemType = MemType::Unknown;

@@ -1,0 +1,265 @@
+//! The CUDA hook table: every allocation, free, teardown and entry-point-lookup function of the
+//! driver and runtime APIs, each exported variant its own hook with its own original. One macro
+//! generates every hook function from one line of this table, and the same lines are the data
+//! `cuhook symbols` prints.
+//!
+//! # Safety
+//! Each generated hook has exactly the C signature of the function it replaces (checked against
+//! CUDA's headers by the fake driver's tests and on the real driver), reads its arguments only
+//! where the C API promises them valid (output pointers after success), and calls the original
+//! through the address the engine resolved for that very symbol.
+#![allow(unsafe_code)]
+#![allow(non_snake_case)]
+
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
+
+use super::abi::*;
+use super::emit::{self, Pending};
+use super::procaddress;
+use crate::events::{flags, HookGuard, MemType};
+
+/// Which family a hook belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Group {
+    DriverSync,
+    DriverStreamOrdered,
+    DriverVmm,
+    DriverHost,
+    DriverTeardown,
+    Runtime,
+    Resolution,
+}
+
+impl Group {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Group::DriverSync => "driver sync",
+            Group::DriverStreamOrdered => "driver stream-ordered",
+            Group::DriverVmm => "driver VMM",
+            Group::DriverHost => "driver host",
+            Group::DriverTeardown => "driver teardown",
+            Group::Runtime => "runtime",
+            Group::Resolution => "resolution",
+        }
+    }
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Copy)]
+pub struct HookInfo {
+    /// The exported symbol, e.g. `cuMemAllocAsync_ptsz`.
+    pub symbol: &'static str,
+    /// The name callers ask `cuGetProcAddress` for, e.g. `cuMemAllocAsync`.
+    pub base: &'static str,
+    pub group: Group,
+    /// Address of the hook function.
+    pub replacement: fn() -> usize,
+    /// Where the engine publishes the original.
+    pub original: &'static std::sync::atomic::AtomicUsize,
+}
+
+/// Read an output pointer the real call has just filled.
+///
+/// # Safety
+/// `p` is NULL or points to a `T` written by a successful call.
+unsafe fn out<T: Copy + Into<u64>>(p: *const T) -> usize {
+    if p.is_null() {
+        0
+    } else {
+        // SAFETY: non-null output of a successful call (caller).
+        (unsafe { *p }).into() as usize
+    }
+}
+
+/// Read an output `void *`.
+///
+/// # Safety
+/// `p` is NULL or points to a pointer written by a successful call.
+unsafe fn out_ptr(p: *const *mut c_void) -> usize {
+    if p.is_null() {
+        0
+    } else {
+        // SAFETY: non-null output of a successful call (caller).
+        (unsafe { *p }) as usize
+    }
+}
+
+macro_rules! cuda_hooks {
+    ($(
+        $(#[$doc:meta])*
+        $sym:ident [$group:ident, $base:literal] ($($arg:ident: $ty:ty),*) -> $ret:ty
+            $(, before => $before:expr)? $(, after => $after:expr)? ;
+    )*) => {
+        $(
+            $(#[$doc])*
+            pub mod $sym {
+                #[allow(unused_imports)]
+                use super::*;
+                use std::sync::atomic::{AtomicUsize, Ordering};
+
+                /// The real function, published by the engine before any slot points here.
+                pub static ORIGINAL: AtomicUsize = AtomicUsize::new(0);
+                const API: &CStr = match CStr::from_bytes_with_nul(concat!(stringify!($sym), "\0").as_bytes()) {
+                    Ok(c) => c,
+                    Err(_) => panic!("symbol names contain no NUL"),
+                };
+
+                /// The hook. Only the outermost hooked call of a thread dispatches.
+                ///
+                /// # Safety
+                /// Called by C code with the C function's arguments.
+                #[allow(unused_variables, unused_mut, unreachable_code)]
+                pub unsafe extern "C" fn hook($($arg: $ty),*) -> $ret {
+                    let real = ORIGINAL.load(Ordering::Acquire);
+                    if real == 0 {
+                        return <$ret as Status>::NO_ORIGINAL;
+                    }
+                    // SAFETY: ORIGINAL holds the address of the real `$sym`, same signature.
+                    let real = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> $ret>(real) };
+                    // Lookups are mapped at every depth (the runtime resolves the driver from
+                    // inside hooked calls); only memory hooks need the outermost-call guard.
+                    let guard = if matches!(Group::$group, Group::Resolution) { None } else {
+                        match HookGuard::enter(API) {
+                            Some(g) => Some(g),
+                            // SAFETY: the caller's own arguments, to the real function.
+                            None => return unsafe { real($($arg),*) },
+                        }
+                    };
+                    let mut pending = Pending::Nothing;
+                    $( pending = emit::guarded(|| { let api = API; $before }, Pending::Nothing); )?
+                    // SAFETY: the caller's own arguments, to the real function.
+                    let rc = unsafe { real($($arg),*) };
+                    let ok = <$ret as Status>::ok(rc);
+                    $( if ok { emit::guarded(|| { let api = API; $after; }, ()); } )?
+                    emit::settle(pending, ok);
+                    drop(guard);
+                    rc
+                }
+
+                pub fn address() -> usize {
+                    hook as *const () as usize
+                }
+            }
+        )*
+
+        /// Every row of the table.
+        pub static HOOKS: &[HookInfo] = &[
+            $( HookInfo { symbol: stringify!($sym), base: $base, group: Group::$group, replacement: $sym::address, original: &$sym::ORIGINAL }, )*
+        ];
+    };
+}
+
+// The `api` variable in `before`/`after` is the hook's own symbol name.
+cuda_hooks! {
+    // ---- driver, synchronous --------------------------------------------------------------
+    cuMemAlloc_v2 [DriverSync, "cuMemAlloc"] (dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult,
+        after => emit::alloc(api, MemType::Cuda, unsafe { out(dptr) }, bytesize, 0, 0, 0);
+    /// The pre-3.2 ABI: 32-bit pointer and size.
+    cuMemAlloc [DriverSync, "cuMemAlloc"] (dptr: *mut c_uint, bytesize: c_uint) -> CUresult,
+        after => emit::alloc(api, MemType::Cuda, unsafe { out(dptr) }, bytesize as usize, 0, 0, 0);
+    cuMemAllocPitch_v2 [DriverSync, "cuMemAllocPitch"] (dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, elem: c_uint) -> CUresult,
+        after => emit::alloc(api, MemType::Cuda, unsafe { out(dptr) }, unsafe { out(pitch.cast::<u64>()) } * height, 0, 0, 0);
+    cuMemAllocPitch [DriverSync, "cuMemAllocPitch"] (dptr: *mut c_uint, pitch: *mut c_uint, width: c_uint, height: c_uint, elem: c_uint) -> CUresult,
+        after => emit::alloc(api, MemType::Cuda, unsafe { out(dptr) }, unsafe { out(pitch) } * height as usize, 0, 0, 0);
+    cuMemAllocManaged [DriverSync, "cuMemAllocManaged"] (dptr: *mut CUdeviceptr, bytesize: usize, attach: c_uint) -> CUresult,
+        after => emit::alloc(api, MemType::CudaManaged, unsafe { out(dptr) }, bytesize, 0, 0, 0);
+    cuMemFree_v2 [DriverSync, "cuMemFree"] (dptr: CUdeviceptr) -> CUresult,
+        before => emit::free_before(api, dptr as usize, 0, 0);
+    cuMemFree [DriverSync, "cuMemFree"] (dptr: c_uint) -> CUresult,
+        before => emit::free_before(api, dptr as usize, 0, 0);
+
+    // ---- driver, stream-ordered -----------------------------------------------------------
+    cuMemAllocAsync [DriverStreamOrdered, "cuMemAllocAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult,
+        after => emit::alloc(api, MemType::Cuda, unsafe { out(dptr) }, bytesize, flags::STREAM_ORDERED, stream as usize, 0);
+    cuMemAllocAsync_ptsz [DriverStreamOrdered, "cuMemAllocAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult,
+        after => emit::alloc(api, MemType::Cuda, unsafe { out(dptr) }, bytesize, flags::STREAM_ORDERED, stream as usize, 0);
+    cuMemAllocFromPoolAsync [DriverStreamOrdered, "cuMemAllocFromPoolAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult,
+        after => emit::alloc(api, MemType::Cuda, unsafe { out(dptr) }, bytesize, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+    cuMemAllocFromPoolAsync_ptsz [DriverStreamOrdered, "cuMemAllocFromPoolAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult,
+        after => emit::alloc(api, MemType::Cuda, unsafe { out(dptr) }, bytesize, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+    cuMemFreeAsync [DriverStreamOrdered, "cuMemFreeAsync"] (dptr: CUdeviceptr, stream: CUstream) -> CUresult,
+        before => emit::free_before(api, dptr as usize, flags::STREAM_ORDERED, stream as usize);
+    cuMemFreeAsync_ptsz [DriverStreamOrdered, "cuMemFreeAsync"] (dptr: CUdeviceptr, stream: CUstream) -> CUresult,
+        before => emit::free_before(api, dptr as usize, flags::STREAM_ORDERED, stream as usize);
+
+    // ---- driver, virtual memory management ------------------------------------------------
+    cuMemMap [DriverVmm, "cuMemMap"] (ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, map_flags: c_ulonglong) -> CUresult,
+        after => emit::alloc(api, MemType::Cuda, ptr as usize, size, flags::VMM, 0, 0);
+    cuMemUnmap [DriverVmm, "cuMemUnmap"] (ptr: CUdeviceptr, size: usize) -> CUresult,
+        before => emit::unmap_before(api, ptr as usize, size);
+
+    // ---- driver, pinned host --------------------------------------------------------------
+    cuMemAllocHost_v2 [DriverHost, "cuMemAllocHost"] (pp: *mut *mut c_void, bytesize: usize) -> CUresult,
+        after => emit::alloc(api, MemType::Host, unsafe { out_ptr(pp) }, bytesize, flags::PINNED_HOST, 0, 0);
+    cuMemAllocHost [DriverHost, "cuMemAllocHost"] (pp: *mut *mut c_void, bytesize: c_uint) -> CUresult,
+        after => emit::alloc(api, MemType::Host, unsafe { out_ptr(pp) }, bytesize as usize, flags::PINNED_HOST, 0, 0);
+    cuMemHostAlloc [DriverHost, "cuMemHostAlloc"] (pp: *mut *mut c_void, bytesize: usize, host_flags: c_uint) -> CUresult,
+        after => emit::alloc(api, MemType::Host, unsafe { out_ptr(pp) }, bytesize, flags::PINNED_HOST, 0, 0);
+    cuMemFreeHost [DriverHost, "cuMemFreeHost"] (p: *mut c_void) -> CUresult,
+        before => emit::free_before(api, p as usize, 0, 0);
+    cuMemHostRegister_v2 [DriverHost, "cuMemHostRegister"] (p: *mut c_void, bytesize: usize, host_flags: c_uint) -> CUresult,
+        after => emit::alloc(api, MemType::Host, p as usize, bytesize, flags::PINNED_HOST | flags::REGISTERED, 0, 0);
+    cuMemHostRegister [DriverHost, "cuMemHostRegister"] (p: *mut c_void, bytesize: usize, host_flags: c_uint) -> CUresult,
+        after => emit::alloc(api, MemType::Host, p as usize, bytesize, flags::PINNED_HOST | flags::REGISTERED, 0, 0);
+    cuMemHostUnregister [DriverHost, "cuMemHostUnregister"] (p: *mut c_void) -> CUresult,
+        before => emit::free_before(api, p as usize, 0, 0);
+
+    // ---- driver, teardown -----------------------------------------------------------------
+    cuCtxDestroy_v2 [DriverTeardown, "cuCtxDestroy"] (ctx: CUcontext) -> CUresult,
+        before => emit::purge_before(api, |a| a.context == ctx as usize);
+    cuCtxDestroy [DriverTeardown, "cuCtxDestroy"] (ctx: CUcontext) -> CUresult,
+        before => emit::purge_before(api, |a| a.context == ctx as usize);
+    cuDevicePrimaryCtxReset_v2 [DriverTeardown, "cuDevicePrimaryCtxReset"] (dev: CUdevice) -> CUresult,
+        before => emit::purge_before(api, |a| a.device == dev);
+    cuDevicePrimaryCtxReset [DriverTeardown, "cuDevicePrimaryCtxReset"] (dev: CUdevice) -> CUresult,
+        before => emit::purge_before(api, |a| a.device == dev);
+
+    // ---- runtime --------------------------------------------------------------------------
+    cudaMalloc [Runtime, "cudaMalloc"] (p: *mut *mut c_void, size: usize) -> CudaError,
+        after => emit::alloc(api, MemType::Cuda, unsafe { out_ptr(p) }, size, 0, 0, 0);
+    cudaMallocPitch [Runtime, "cudaMallocPitch"] (p: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) -> CudaError,
+        after => emit::alloc(api, MemType::Cuda, unsafe { out_ptr(p) }, unsafe { out(pitch.cast::<u64>()) } * height, 0, 0, 0);
+    cudaMallocManaged [Runtime, "cudaMallocManaged"] (p: *mut *mut c_void, size: usize, attach: c_uint) -> CudaError,
+        after => emit::alloc(api, MemType::CudaManaged, unsafe { out_ptr(p) }, size, 0, 0, 0);
+    cudaFree [Runtime, "cudaFree"] (p: *mut c_void) -> CudaError,
+        before => emit::free_before(api, p as usize, 0, 0);
+    cudaMallocAsync [Runtime, "cudaMallocAsync"] (p: *mut *mut c_void, size: usize, stream: cudaStream_t) -> CudaError,
+        after => emit::alloc(api, MemType::Cuda, unsafe { out_ptr(p) }, size, flags::STREAM_ORDERED, stream as usize, 0);
+    cudaMallocAsync_ptsz [Runtime, "cudaMallocAsync"] (p: *mut *mut c_void, size: usize, stream: cudaStream_t) -> CudaError,
+        after => emit::alloc(api, MemType::Cuda, unsafe { out_ptr(p) }, size, flags::STREAM_ORDERED, stream as usize, 0);
+    cudaMallocFromPoolAsync [Runtime, "cudaMallocFromPoolAsync"] (p: *mut *mut c_void, size: usize, pool: cudaMemPool_t, stream: cudaStream_t) -> CudaError,
+        after => emit::alloc(api, MemType::Cuda, unsafe { out_ptr(p) }, size, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+    cudaMallocFromPoolAsync_ptsz [Runtime, "cudaMallocFromPoolAsync"] (p: *mut *mut c_void, size: usize, pool: cudaMemPool_t, stream: cudaStream_t) -> CudaError,
+        after => emit::alloc(api, MemType::Cuda, unsafe { out_ptr(p) }, size, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+    cudaFreeAsync [Runtime, "cudaFreeAsync"] (p: *mut c_void, stream: cudaStream_t) -> CudaError,
+        before => emit::free_before(api, p as usize, flags::STREAM_ORDERED, stream as usize);
+    cudaFreeAsync_ptsz [Runtime, "cudaFreeAsync"] (p: *mut c_void, stream: cudaStream_t) -> CudaError,
+        before => emit::free_before(api, p as usize, flags::STREAM_ORDERED, stream as usize);
+    cudaMallocHost [Runtime, "cudaMallocHost"] (p: *mut *mut c_void, size: usize) -> CudaError,
+        after => emit::alloc(api, MemType::Host, unsafe { out_ptr(p) }, size, flags::PINNED_HOST, 0, 0);
+    cudaHostAlloc [Runtime, "cudaHostAlloc"] (p: *mut *mut c_void, size: usize, host_flags: c_uint) -> CudaError,
+        after => emit::alloc(api, MemType::Host, unsafe { out_ptr(p) }, size, flags::PINNED_HOST, 0, 0);
+    cudaFreeHost [Runtime, "cudaFreeHost"] (p: *mut c_void) -> CudaError,
+        before => emit::free_before(api, p as usize, 0, 0);
+    cudaHostRegister [Runtime, "cudaHostRegister"] (p: *mut c_void, size: usize, host_flags: c_uint) -> CudaError,
+        after => emit::alloc(api, MemType::Host, p as usize, size, flags::PINNED_HOST | flags::REGISTERED, 0, 0);
+    cudaHostUnregister [Runtime, "cudaHostUnregister"] (p: *mut c_void) -> CudaError,
+        before => emit::free_before(api, p as usize, 0, 0);
+    cudaDeviceReset [Runtime, "cudaDeviceReset"] () -> CudaError,
+        before => { let dev = super::super::driver::current_device(); emit::purge_before(api, |a| a.device == dev) };
+
+    // ---- entry-point lookup: every pointer handed out is mapped to its hook ------------------
+    cuGetProcAddress [Resolution, "cuGetProcAddress"] (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, proc_flags: c_ulonglong) -> CUresult,
+        after => procaddress::map_output(pfn);
+    cuGetProcAddress_v2 [Resolution, "cuGetProcAddress"] (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, proc_flags: c_ulonglong, status: *mut c_int) -> CUresult,
+        after => procaddress::map_output(pfn);
+    cudaGetDriverEntryPoint [Resolution, "cudaGetDriverEntryPoint"] (symbol: *const c_char, pfn: *mut *mut c_void, proc_flags: c_ulonglong, status: *mut c_int) -> CudaError,
+        after => procaddress::map_output(pfn);
+    cudaGetDriverEntryPointByVersion [Resolution, "cudaGetDriverEntryPointByVersion"] (symbol: *const c_char, pfn: *mut *mut c_void, version: c_uint, proc_flags: c_ulonglong, status: *mut c_int) -> CudaError,
+        after => procaddress::map_output(pfn);
+}
+
+/// The published original of a table symbol (0 when unknown).
+pub fn original_of(symbol: &str) -> usize {
+    HOOKS.iter().find(|h| h.symbol == symbol).map_or(0, |h| h.original.load(std::sync::atomic::Ordering::Acquire))
+}
