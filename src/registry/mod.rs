@@ -460,19 +460,32 @@ impl Registry {
         // Between writes both copies are equal; read the spare one.
         let root = &self.read.roots[self.read.latch.spare()];
         w.hits.clear();
-        if let Some((k, r, rec)) = tree::floor_entry(root, lo) {
-            let a = locked_alloc(k, r);
-            if k < lo && a.last() >= lo {
-                w.hits.push(Hit { a, rec });
+        match tree::floor_entry(root, hi) {
+            None => {}
+            // No range starts inside the span: only this one (the floor of `lo` too) can reach
+            // into it. One descent for the common, non-overlapping case.
+            Some((k, r, rec)) if k < lo => {
+                let a = locked_alloc(k, r);
+                if a.last() >= lo {
+                    w.hits.push(Hit { a, rec });
+                }
+            }
+            Some(_) => {
+                if let Some((k, r, rec)) = tree::floor_entry(root, lo) {
+                    let a = locked_alloc(k, r);
+                    if k < lo && a.last() >= lo {
+                        w.hits.push(Hit { a, rec });
+                    }
+                }
+                let hits = &mut w.hits;
+                tree::collect(root, lo, hi, &mut |k, r, rec| {
+                    hits.push(Hit {
+                        a: locked_alloc(k, r),
+                        rec,
+                    })
+                });
             }
         }
-        let hits = &mut w.hits;
-        tree::collect(root, lo, hi, &mut |k, r, rec| {
-            hits.push(Hit {
-                a: locked_alloc(k, r),
-                rec,
-            })
-        });
         let mut bytes = 0usize;
         for i in 0..w.hits.len() {
             let old = w.hits[i].a;

@@ -20,15 +20,21 @@
 
 use core::ffi::CStr;
 use core::ptr;
-use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{
+    AtomicPtr, AtomicU64, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
 use super::slab::{Fresh, Ptr};
 use super::Allocation;
 use crate::events::MemType;
 
-/// Entries per node. 16 keys fill two cache lines; the bench picked it over 32 (see
-/// `docs/performance.md`).
+/// Entries per node. 16 keys fill two cache lines; 32 and 64 measured slower for hot lookups
+/// (longer in-node scans) and only slightly faster for cold ones (see `docs/performance.md`).
 pub(super) const B: usize = 16;
+
+// Splits and merges assume room for a few entries; the writer's path stores indices in a `u8`.
+const _: () = assert!(B >= 8 && B <= 256);
 
 /// Tree height bound: readers never walk deeper, so a walk over a node that is being rewritten
 /// ends. With at least `B / 4` entries per non-root node, 32 levels hold far more than 2^64 ranges.
@@ -59,9 +65,13 @@ impl Fresh for Node {
 }
 
 /// Loads a pointer that obeys the pointer invariant.
+///
+/// Acquire, paired with the Release of every pointer store: a slab element's first contents are
+/// written non-atomically (when its chunk is built), and a reader that reaches the element must
+/// do so after those writes in the memory model, not merely in practice. (Free on x86-64.)
 #[inline(always)]
 fn load<T>(p: &AtomicPtr<T>) -> Option<&T> {
-    let raw = p.load(Relaxed);
+    let raw = p.load(Acquire);
     // SAFETY: pointer invariant (module doc): null or an element of a slab that outlives the
     // registry borrow `p` comes from; slab elements are all-atomic, so any contents are valid.
     unsafe { raw.as_ref() }
@@ -78,12 +88,11 @@ impl Node {
     /// only matches `x == usize::MAX`, hence the clamp to `len`).
     #[inline(always)]
     pub(super) fn rank(&self, x: usize) -> usize {
-        let (mut a, mut b) = (0usize, 0usize);
-        for pair in self.keys.chunks_exact(2) {
-            a += (pair[0].load(Relaxed) <= x) as usize;
-            b += (pair[1].load(Relaxed) <= x) as usize;
+        let mut c = 0usize;
+        for k in &self.keys {
+            c += (k.load(Relaxed) <= x) as usize;
         }
-        (a + b).min(self.len())
+        c.min(self.len())
     }
 
     #[inline(always)]
@@ -112,11 +121,11 @@ impl Node {
     }
 
     pub(super) fn set_kid(&self, i: usize, p: Ptr<Node>) {
-        self.kids[i].store(p.as_mut_ptr(), Relaxed);
+        self.kids[i].store(p.as_mut_ptr(), Release);
     }
 
     pub(super) fn set_rec(&self, i: usize, p: Ptr<Record>) {
-        self.recs[i].store(p.as_mut_ptr(), Relaxed);
+        self.recs[i].store(p.as_mut_ptr(), Release);
     }
 
     /// The record pointer of entry `i` as a handle the writer can free later.
@@ -133,9 +142,9 @@ impl Node {
     pub(super) fn copy_entry(&self, di: usize, src: &Node, si: usize, leaf: bool) {
         self.keys[di].store(src.keys[si].load(Relaxed), Relaxed);
         if leaf {
-            self.recs[di].store(src.recs[si].load(Relaxed), Relaxed);
+            self.recs[di].store(src.recs[si].load(Relaxed), Release);
         } else {
-            self.kids[di].store(src.kids[si].load(Relaxed), Relaxed);
+            self.kids[di].store(src.kids[si].load(Relaxed), Release);
         }
     }
 
@@ -178,7 +187,7 @@ impl Root {
     }
 
     pub(super) fn set(&self, node: Ptr<Node>, height: usize) {
-        self.node.store(node.as_mut_ptr(), Relaxed);
+        self.node.store(node.as_mut_ptr(), Release);
         self.height.store(height, Relaxed);
     }
 

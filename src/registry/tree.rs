@@ -87,35 +87,44 @@ fn walk(
     }
 }
 
-/// Internal nodes visited on the way to a leaf, and the child index taken in each.
+/// Internal nodes visited on the way to a leaf, and the child index taken in each. Filled in
+/// place (it is a few hundred bytes; moving it around showed up in profiles).
 struct Path<'a> {
     nodes: [Option<&'a Node>; MAX_HEIGHT],
-    idx: [usize; MAX_HEIGHT],
+    idx: [u8; MAX_HEIGHT],
     /// Number of internal levels (the leaf is level `height`).
     height: usize,
 }
 
 impl<'a> Path<'a> {
+    fn new() -> Self {
+        Path {
+            nodes: [None; MAX_HEIGHT],
+            idx: [0; MAX_HEIGHT],
+            height: 0,
+        }
+    }
+
     fn node(&self, level: usize) -> &'a Node {
         self.nodes[level].expect("path level was recorded")
     }
-}
 
-fn descend(root: &Root, x: usize) -> Option<(Path<'_>, &Node)> {
-    let mut node = root.node()?;
-    let height = root.height();
-    let mut path = Path {
-        nodes: [None; MAX_HEIGHT],
-        idx: [0; MAX_HEIGHT],
-        height,
-    };
-    for level in 0..height {
-        let i = node.rank(x).saturating_sub(1);
-        path.nodes[level] = Some(node);
-        path.idx[level] = i;
-        node = node.kid(i).expect("internal entry has a child");
+    fn idx(&self, level: usize) -> usize {
+        self.idx[level] as usize
     }
-    Some((path, node))
+
+    /// Walks from `root` towards `x`, recording the way; returns the leaf.
+    fn descend(&mut self, root: &'a Root, x: usize) -> Option<&'a Node> {
+        let mut node = root.node()?;
+        self.height = root.height();
+        for level in 0..self.height {
+            let i = node.rank(x).saturating_sub(1);
+            self.nodes[level] = Some(node);
+            self.idx[level] = i as u8;
+            node = node.kid(i).expect("internal entry has a child");
+        }
+        Some(node)
+    }
 }
 
 /// The value half of an entry.
@@ -172,7 +181,8 @@ impl<'a> Tree<'a> {
     /// Inserts `(key, rec)` or, when `key` is present, replaces its record and returns the old one.
     pub(super) fn put(&mut self, key: usize, rec: Ptr<Record>) -> Option<Ptr<Record>> {
         let root = self.root;
-        let Some((path, leaf)) = descend(root, key) else {
+        let mut path = Path::new();
+        let Some(leaf) = path.descend(root, key) else {
             let (p, n) = self.new_node();
             set_entry(n, 0, key, Val::Rec(rec));
             n.set_len(1);
@@ -222,7 +232,7 @@ impl<'a> Tree<'a> {
             }
             level -= 1;
             node = path.node(level);
-            pos = path.idx[level] + 1;
+            pos = path.idx(level) + 1;
             key = sep;
             val = Val::Kid(rp);
         }
@@ -231,7 +241,8 @@ impl<'a> Tree<'a> {
     /// Removes `key`; returns its record.
     pub(super) fn remove(&mut self, key: usize) -> Option<Ptr<Record>> {
         let root = self.root;
-        let (path, leaf) = descend(root, key)?;
+        let mut path = Path::new();
+        let leaf = path.descend(root, key)?;
         let r = leaf.rank(key);
         if r == 0 || leaf.key(r - 1) != key {
             return None;
@@ -253,7 +264,7 @@ impl<'a> Tree<'a> {
         while level > 0 && node.len() < MIN {
             let leaf = level == path.height;
             let parent = path.node(level - 1);
-            let ci = path.idx[level - 1];
+            let ci = path.idx(level - 1);
             let sep = if ci > 0 { ci } else { 1 };
             let left = parent.kid(sep - 1).expect("sibling exists");
             let right = parent.kid(sep).expect("sibling exists");
