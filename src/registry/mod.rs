@@ -307,9 +307,21 @@ impl Registry {
         let w = &mut *guard;
         w.next_seq += 1;
         a.seq = w.next_seq;
+        let rec = new_record(w, &a);
+        let spare = &self.read.roots[self.read.latch.spare()];
+        if Tree::new(spare, &mut w.nodes).insert_if_clear(a.start, last, rec) {
+            w.edits.push(Edit::Put(a.start, rec));
+            w.count += 1;
+            w.live += a.size as u128;
+            self.commit(w, true);
+            return InsertOutcome {
+                seq: Some(a.seq),
+                overwritten: 0,
+                size: a.size,
+            };
+        }
         let lost = self.cut(w, a.start, last, None);
         let overwritten = w.hits.len();
-        let rec = new_record(w, &a);
         // A range that started at the same address is replaced in place rather than deleted and
         // re-inserted (the common pool-reuse case).
         match w
@@ -323,7 +335,7 @@ impl Registry {
         w.count += 1;
         w.live = w.live - lost as u128 + a.size as u128;
         w.missed += overwritten as u64;
-        self.commit(w);
+        self.commit(w, false);
         InsertOutcome {
             seq: Some(a.seq),
             overwritten,
@@ -366,7 +378,7 @@ impl Registry {
             .count();
         let partial = w.hits.len() - whole;
         w.live -= bytes as u128;
-        self.commit(w);
+        self.commit(w, false);
         Removed {
             whole,
             partial,
@@ -379,14 +391,13 @@ impl Registry {
     pub fn remove_allocation(&self, start: usize) -> Option<Allocation> {
         let mut guard = self.writer.lock();
         let w = &mut *guard;
-        let root = &self.read.roots[self.read.latch.spare()];
-        let (key, r, rec) = tree::floor_entry(root, start)?;
-        if key != start {
-            return None;
-        }
-        let a = locked_alloc(key, r);
+        // The hot free path: remove from the spare copy directly (its descent doubles as the
+        // lookup), then publish and replay.
+        let spare = &self.read.roots[self.read.latch.spare()];
+        let (rec, r) = Tree::new(spare, &mut w.nodes).remove(start)?;
+        let a = locked_alloc(start, r);
         self.retire(w, a, rec);
-        self.commit(w);
+        self.commit(w, true);
         Some(a)
     }
 
@@ -422,7 +433,7 @@ impl Registry {
                     }
                 }
             }
-            self.commit(w);
+            self.commit(w, false);
         }
         let n = gone.len();
         gone.into_iter().for_each(&mut out);
@@ -533,26 +544,31 @@ impl Registry {
         w.live -= a.size as u128;
     }
 
-    /// Applies the queued edits to both copies (spare, flip, other) and frees retired records.
-    fn commit(&self, w: &mut Writer) {
-        if !w.edits.is_empty() {
-            let spare = self.read.latch.spare();
-            for copy in [spare, spare ^ 1] {
-                let mut t = Tree::new(&self.read.roots[copy], &mut w.nodes);
-                for e in &w.edits {
-                    match *e {
-                        Edit::Put(k, r) => {
-                            t.put(k, r);
-                        }
-                        Edit::Del(k) => {
-                            t.remove(k);
-                        }
-                    }
+    /// Applies the queued edits to one copy.
+    fn apply(&self, copy: usize, w: &mut Writer) {
+        let mut t = Tree::new(&self.read.roots[copy], &mut w.nodes);
+        for e in &w.edits {
+            match *e {
+                Edit::Put(k, r) => {
+                    t.put(k, r);
                 }
-                if copy == spare {
-                    self.read.latch.publish();
+                Edit::Del(k) => {
+                    t.remove(k);
                 }
             }
+        }
+    }
+
+    /// Applies the queued edits to both copies (spare, flip, other) and frees retired records.
+    /// With `spare_done`, the caller already applied them to the spare copy.
+    fn commit(&self, w: &mut Writer, spare_done: bool) {
+        if !w.edits.is_empty() {
+            let spare = self.read.latch.spare();
+            if !spare_done {
+                self.apply(spare, w);
+            }
+            self.read.latch.publish();
+            self.apply(spare ^ 1, w);
             w.edits.clear();
         }
         for h in w.hits.drain(..) {

@@ -256,6 +256,11 @@ impl Record {
         }
     }
 
+    /// Writer: the range size.
+    pub(super) fn size(&self) -> usize {
+        self.size.load(Relaxed)
+    }
+
     /// Writer: fills a record that no reader can reach yet.
     pub(super) fn store(&self, a: &Allocation) {
         let api = a.api.to_bytes_with_nul();

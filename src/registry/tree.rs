@@ -180,13 +180,9 @@ impl<'a> Tree<'a> {
 
     /// Inserts `(key, rec)` or, when `key` is present, replaces its record and returns the old one.
     pub(super) fn put(&mut self, key: usize, rec: Ptr<Record>) -> Option<Ptr<Record>> {
-        let root = self.root;
         let mut path = Path::new();
-        let Some(leaf) = path.descend(root, key) else {
-            let (p, n) = self.new_node();
-            set_entry(n, 0, key, Val::Rec(rec));
-            n.set_len(1);
-            root.set(p, 0);
+        let Some(leaf) = path.descend(self.root, key) else {
+            self.plant(key, rec);
             return None;
         };
         let pos = leaf.rank(key);
@@ -195,13 +191,57 @@ impl<'a> Tree<'a> {
             leaf.set_rec(pos - 1, rec);
             return old;
         }
+        self.insert_along(&path, leaf, pos, key, rec);
+        None
+    }
+
+    /// Inserts the range `[lo, hi]` with record `rec` if no entry overlaps it, in one descent
+    /// (the common case of an insert); returns false, changing nothing, otherwise.
+    pub(super) fn insert_if_clear(&mut self, lo: usize, hi: usize, rec: Ptr<Record>) -> bool {
+        let mut path = Path::new();
+        let Some(leaf) = path.descend(self.root, hi) else {
+            self.plant(lo, rec);
+            return true;
+        };
+        // The floor of `hi` is the only entry that could overlap: if it starts below `lo` and
+        // ends before it, no key lies in `[lo, hi]`, so `lo` goes right after it, in this leaf.
+        let pos = leaf.rank(hi);
+        if pos > 0 {
+            let k = leaf.key(pos - 1);
+            let size = leaf.rec(pos - 1).map_or(0, |r| r.size());
+            if k >= lo || lo - k < size {
+                return false;
+            }
+        }
+        self.insert_along(&path, leaf, pos, lo, rec);
+        true
+    }
+
+    /// First entry of an empty tree.
+    fn plant(&mut self, key: usize, rec: Ptr<Record>) {
+        let (p, n) = self.new_node();
+        set_entry(n, 0, key, Val::Rec(rec));
+        n.set_len(1);
+        self.root.set(p, 0);
+    }
+
+    /// Inserts at `pos` of `leaf` (reached through `path`), splitting full nodes upwards.
+    fn insert_along(
+        &mut self,
+        path: &Path<'a>,
+        leaf: &'a Node,
+        pos: usize,
+        key: usize,
+        rec: Ptr<Record>,
+    ) {
+        let root = self.root;
         let (mut node, mut pos, mut key, mut val) = (leaf, pos, key, Val::Rec(rec));
         let mut level = path.height;
         loop {
             let leaf = level == path.height;
             if node.len() < B {
                 insert_at(node, pos, key, val, leaf);
-                return None;
+                return;
             }
             // Split the full node: the upper half moves to a new right sibling.
             let (rp, right) = self.new_node();
@@ -228,7 +268,7 @@ impl<'a> Tree<'a> {
                 set_entry(top, 1, sep, Val::Kid(rp));
                 top.set_len(2);
                 root.set(np, path.height + 1);
-                return None;
+                return;
             }
             level -= 1;
             node = path.node(level);
@@ -238,8 +278,8 @@ impl<'a> Tree<'a> {
         }
     }
 
-    /// Removes `key`; returns its record.
-    pub(super) fn remove(&mut self, key: usize) -> Option<Ptr<Record>> {
+    /// Removes `key`; returns its record (which stays intact until the caller frees it).
+    pub(super) fn remove(&mut self, key: usize) -> Option<(Ptr<Record>, &'a Record)> {
         let root = self.root;
         let mut path = Path::new();
         let leaf = path.descend(root, key)?;
@@ -247,13 +287,13 @@ impl<'a> Tree<'a> {
         if r == 0 || leaf.key(r - 1) != key {
             return None;
         }
-        let rec = leaf.rec_ptr(r - 1);
+        let rec = (leaf.rec_ptr(r - 1)?, leaf.rec(r - 1)?);
         remove_at(leaf, r - 1, true);
         self.rebalance(&path, leaf);
         if r == 1 {
             fix_separator(root, key);
         }
-        rec
+        Some(rec)
     }
 
     /// Restores the minimum occupancy from `node` (the leaf that lost an entry) upwards, then drops
