@@ -64,10 +64,11 @@ impl Registry {
         let (a, na) = tree::check(&self.read.roots[0]);
         let (b, nb) = tree::check(&self.read.roots[1]);
         assert_eq!(a, b, "the two copies differ");
-        assert_eq!(a.len(), w.count, "count");
-        assert_eq!(self.len(), w.count, "published count");
-        assert_eq!(w.recs.live(), w.count, "record leak");
-        assert_eq!(w.nodes.live(), na + nb, "node leak");
+        let (count, recs, nodes) = w.counts();
+        assert_eq!(a.len(), count, "count");
+        assert_eq!(self.len(), count, "published count");
+        assert_eq!(recs, count, "record leak");
+        assert_eq!(nodes, na + nb, "node leak");
         drop(w);
         let all = self.snapshot();
         assert_eq!(all.len(), a.len());
