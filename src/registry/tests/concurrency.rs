@@ -1,0 +1,205 @@
+//! Readers race writers. Every range a writer inserts carries a checksum of its original
+//! `(start, size)` in its metadata; pieces of a trimmed or split range keep that metadata, so a
+//! reader can tell a genuine (possibly trimmed) range from a torn or invented one.
+//!
+//! The address space is cut into windows: each window has a *permanent* range that no writer
+//! touches, followed by a churn area. Permanent ranges sit in the same leaves as churned ones, so
+//! splits and merges move them around all the time, and a reader must still find each of them,
+//! exactly as inserted, on every lookup.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use super::{mem_type, Rng, APIS};
+use crate::registry::{Allocation, Registry};
+
+const BASE: usize = 1 << 32;
+const WINDOW: usize = 4096;
+const WINDOWS: usize = 2048;
+const PERM: usize = 64;
+/// Churn ranges live in `[window + CHURN, window + WINDOW)`.
+const CHURN: usize = 128;
+
+fn window(k: usize) -> usize {
+    BASE + k * WINDOW
+}
+
+fn mix(start: usize, size: usize) -> u64 {
+    let mut r = Rng::new((start as u64).rotate_left(32) ^ size as u64);
+    r.next()
+}
+
+/// A churn range whose metadata is derived from `(start, size)`.
+fn churn(start: usize, size: usize) -> Allocation {
+    let m = mix(start, size);
+    Allocation {
+        start,
+        size,
+        mem_type: mem_type(m),
+        device: (m % 8) as i32,
+        flags: (m >> 8) as u32 & 0xff,
+        pool: start,
+        stream: size,
+        context: m as usize,
+        api: APIS[(m >> 16) as usize % APIS.len()],
+        seq: 0,
+    }
+}
+
+/// A permanent range (device -1 tells it apart from churn).
+fn permanent(k: usize) -> Allocation {
+    Allocation {
+        device: -1,
+        pool: k,
+        ..Allocation::new(window(k), PERM, c"permanent")
+    }
+}
+
+/// Panics unless `a` is a piece of a churn range that could have been inserted and holds `ptr`.
+fn verify_churn(a: &Allocation, ptr: usize, len: usize) {
+    let (start0, size0) = (a.pool, a.stream);
+    let m = mix(start0, size0);
+    assert_eq!(a.context, m as usize, "torn record: {a:?}");
+    assert_eq!(a.device, (m % 8) as i32, "torn record: {a:?}");
+    assert_eq!(a.flags, (m >> 8) as u32 & 0xff, "torn record: {a:?}");
+    assert_eq!(a.mem_type, mem_type(m), "torn record: {a:?}");
+    assert_eq!(
+        a.api,
+        APIS[(m >> 16) as usize % APIS.len()],
+        "torn record: {a:?}"
+    );
+    assert!(
+        a.size >= 1 && a.start >= start0 && a.last() < start0 + size0,
+        "not a piece of its range: {a:?}"
+    );
+    assert!(a.seq >= 1, "no seq: {a:?}");
+    let k = (start0 - BASE) / WINDOW;
+    assert!(
+        start0 >= window(k) + CHURN && start0 + size0 <= window(k + 1),
+        "invented range: {a:?}"
+    );
+    assert!(
+        a.contains(ptr) && a.contains(ptr + len.saturating_sub(1)),
+        "{a:?} does not hold {ptr:#x}+{len}"
+    );
+}
+
+fn writer(reg: &Registry, seed: u64, stop: &AtomicBool, ops: &AtomicU64) {
+    let mut rng = Rng::new(seed);
+    let mut recent = [0usize; 64];
+    let mut n = 0u64;
+    while !stop.load(Relaxed) {
+        // Alternate growing and shrinking phases so the tree changes height.
+        let growing = (n / 20_000).is_multiple_of(2);
+        let k = rng.below(WINDOWS as u64) as usize;
+        let start = window(k) + CHURN + rng.below((WINDOW - CHURN) as u64) as usize;
+        let room = window(k + 1) - start;
+        let size = 1 + rng.below(room.min(600) as u64) as usize;
+        match rng.below(100) {
+            r if r < if growing { 70 } else { 30 } => {
+                let out = reg.insert(churn(start, size));
+                assert!(out.seq.is_some() && out.size == size);
+                recent[(n % 64) as usize] = start;
+            }
+            r if r < 85 => {
+                reg.remove(start, size);
+            }
+            r if r < 99 || !n.is_multiple_of(3) => {
+                reg.remove_allocation(recent[rng.below(64) as usize]);
+            }
+            _ => {
+                let dev = rng.below(8) as i32;
+                let lo = window(k);
+                reg.purge(
+                    |a| a.device == dev && a.start >= lo && a.start < lo + 8 * WINDOW,
+                    |a| assert_eq!(a.device, dev),
+                );
+            }
+        }
+        n += 1;
+    }
+    ops.fetch_add(n, Relaxed);
+}
+
+fn reader(reg: &Registry, seed: u64, stop: &AtomicBool, found: &AtomicU64) {
+    let mut rng = Rng::new(seed);
+    let mut hits = 0u64;
+    while !stop.load(Relaxed) {
+        assert!(!reg.is_empty(), "permanent ranges are always there");
+        let k = rng.below(WINDOWS as u64) as usize;
+        if rng.chance(25) {
+            let ptr = window(k) + rng.below(PERM as u64) as usize;
+            let want = Allocation {
+                seq: k as u64 + 1,
+                ..permanent(k)
+            };
+            assert_eq!(
+                reg.lookup(ptr),
+                Some(want),
+                "permanent range lost at {ptr:#x}"
+            );
+            let len = rng.below((window(k) + PERM - ptr) as u64 + 1) as usize;
+            assert_eq!(
+                reg.lookup_span(ptr, len),
+                Some(want),
+                "permanent span lost at {ptr:#x}+{len}"
+            );
+            continue;
+        }
+        let ptr = window(k) + CHURN + rng.below((WINDOW - CHURN) as u64) as usize;
+        if let Some(a) = reg.lookup(ptr) {
+            verify_churn(&a, ptr, 0);
+            hits += 1;
+        }
+        let len = rng.below(256) as usize;
+        if let Some(a) = reg.lookup_span(ptr, len) {
+            verify_churn(&a, ptr, len);
+        }
+        // The gap between a permanent range and the churn area is never registered.
+        assert_eq!(
+            reg.lookup(window(k) + PERM + rng.below((CHURN - PERM) as u64) as usize),
+            None
+        );
+    }
+    found.fetch_add(hits, Relaxed);
+}
+
+#[test]
+fn registry_concurrent_readers_never_see_torn_entries() {
+    let reg = Registry::new();
+    for k in 0..WINDOWS {
+        assert_eq!(reg.insert(permanent(k)).seq, Some(k as u64 + 1));
+    }
+    let stop = AtomicBool::new(false);
+    let (ops, found) = (AtomicU64::new(0), AtomicU64::new(0));
+    std::thread::scope(|s| {
+        for i in 0..2 {
+            let (reg, stop, ops) = (&reg, &stop, &ops);
+            s.spawn(move || writer(reg, 0xdead_0000 + i, stop, ops));
+        }
+        for i in 0..3 {
+            let (reg, stop, found) = (&reg, &stop, &found);
+            s.spawn(move || reader(reg, 0xbeef_0000 + i, stop, found));
+        }
+        let until = Instant::now() + Duration::from_millis(2500);
+        while Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stop.store(true, Relaxed);
+    });
+    // The race only means something if both sides did work.
+    assert!(
+        ops.load(Relaxed) > 1000,
+        "writers made {} ops",
+        ops.load(Relaxed)
+    );
+    assert!(
+        found.load(Relaxed) > 1000,
+        "readers found {} churn ranges",
+        found.load(Relaxed)
+    );
+    reg.check();
+    for k in 0..WINDOWS {
+        assert_eq!(reg.lookup(window(k)).map(|a| a.pool), Some(k));
+    }
+}

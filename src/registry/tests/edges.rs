@@ -1,0 +1,332 @@
+//! Edge cases, one behaviour per test.
+
+use super::alloc;
+use crate::registry::{InsertOutcome, Registry, Removed};
+
+const MAX: usize = usize::MAX;
+
+/// Compile-time check that the registry can be a `static`.
+static GLOBAL: Registry = Registry::new();
+
+#[test]
+fn registry_static_insert_lookup() {
+    GLOBAL.insert(alloc(0x1000, 0x100, 1));
+    assert_eq!(GLOBAL.lookup(0x10ff).map(|a| a.start), Some(0x1000));
+    assert_eq!(
+        GLOBAL.remove_allocation(0x1000).map(|a| a.size),
+        Some(0x100)
+    );
+    assert!(GLOBAL.is_empty());
+}
+
+#[test]
+fn registry_empty_lookups_find_nothing() {
+    let r = Registry::new();
+    assert!(r.is_empty());
+    assert_eq!(r.len(), 0);
+    for p in [0, 1, 0x1000, MAX] {
+        assert_eq!(r.lookup(p), None);
+        assert_eq!(r.lookup_span(p, 8), None);
+    }
+    assert_eq!(r.remove_allocation(0), None);
+    assert_eq!(r.remove(0, MAX), Removed::default());
+    r.check();
+}
+
+#[test]
+fn registry_lookup_boundaries() {
+    let r = Registry::new();
+    let out = r.insert(alloc(100, 50, 7));
+    assert_eq!(
+        out,
+        InsertOutcome {
+            seq: Some(1),
+            overwritten: 0,
+            size: 50
+        }
+    );
+    let found = r.lookup(100).expect("start is inside");
+    assert_eq!(
+        found,
+        crate::registry::Allocation {
+            seq: 1,
+            ..alloc(100, 50, 7)
+        }
+    );
+    assert_eq!(r.lookup(149).map(|a| a.start), Some(100));
+    assert_eq!(r.lookup(99), None);
+    assert_eq!(r.lookup(150), None);
+    assert!(!r.is_empty());
+    assert_eq!(r.live_bytes(), 50);
+}
+
+#[test]
+fn registry_size_zero_inserts_nothing() {
+    let r = Registry::new();
+    assert_eq!(r.insert(alloc(100, 0, 1)), InsertOutcome::default());
+    assert!(r.is_empty());
+    assert_eq!(r.remove(100, 0), Removed::default());
+    // Seq numbers are only used by real inserts.
+    assert_eq!(r.insert(alloc(100, 1, 1)).seq, Some(1));
+}
+
+#[test]
+fn registry_replace_counts_missed_free() {
+    let r = Registry::new();
+    r.insert(alloc(0x1000, 0x100, 1));
+    // A pool hands the same address out again: the old range is replaced, one missed free.
+    let out = r.insert(alloc(0x1000, 0x80, 2));
+    assert_eq!(out.overwritten, 1);
+    assert_eq!(r.missed_frees(), 1);
+    let a = r.lookup(0x1000).unwrap();
+    assert_eq!((a.size, a.pool, a.seq), (0x80, 2, 2));
+    // Only the overlapped part is replaced; the old range's tail stays, trimmed.
+    let tail = r.lookup(0x1080).unwrap();
+    assert_eq!(
+        (tail.start, tail.size, tail.pool, tail.seq),
+        (0x1080, 0x80, 1, 1)
+    );
+    assert_eq!(r.len(), 2);
+    // Same start and size: a plain replacement.
+    assert_eq!(r.insert(alloc(0x1080, 0x80, 3)).overwritten, 1);
+    assert_eq!(r.missed_frees(), 2);
+    assert_eq!(r.len(), 2);
+    r.check();
+}
+
+#[test]
+fn registry_insert_over_several_trims_and_counts_each() {
+    let r = Registry::new();
+    r.insert(alloc(0, 100, 1)); // trimmed to [0, 50)
+    r.insert(alloc(100, 10, 2)); // swallowed
+    r.insert(alloc(120, 100, 3)); // trimmed to [180, 220)
+    let out = r.insert(alloc(50, 130, 4));
+    assert_eq!(out.overwritten, 3);
+    assert_eq!(r.missed_frees(), 3);
+    let starts: Vec<_> = r
+        .snapshot()
+        .iter()
+        .map(|a| (a.start, a.size, a.pool))
+        .collect();
+    assert_eq!(starts, vec![(0, 50, 1), (50, 130, 4), (180, 40, 3)]);
+    assert_eq!(r.live_bytes(), 220);
+    r.check();
+}
+
+#[test]
+fn registry_insert_inside_splits_old_range() {
+    let r = Registry::new();
+    r.insert(alloc(0, 100, 1));
+    r.insert(alloc(40, 20, 2));
+    let v: Vec<_> = r
+        .snapshot()
+        .iter()
+        .map(|a| (a.start, a.size, a.seq))
+        .collect();
+    assert_eq!(v, vec![(0, 40, 1), (40, 20, 2), (60, 40, 1)]);
+    assert_eq!(r.missed_frees(), 1);
+    r.check();
+}
+
+#[test]
+fn registry_partial_remove_splits() {
+    let r = Registry::new();
+    r.insert(alloc(0x10000, 0x4000, 9));
+    let mut pieces = Vec::new();
+    let rm = r.remove_with(0x11000, 0x1000, |a| pieces.push(a));
+    assert_eq!(
+        rm,
+        Removed {
+            whole: 0,
+            partial: 1,
+            bytes: 0x1000
+        }
+    );
+    assert_eq!(pieces.len(), 1);
+    assert_eq!(
+        (pieces[0].start, pieces[0].size, pieces[0].pool),
+        (0x11000, 0x1000, 9)
+    );
+    let v: Vec<_> = r
+        .snapshot()
+        .iter()
+        .map(|a| (a.start, a.size, a.seq, a.pool))
+        .collect();
+    assert_eq!(v, vec![(0x10000, 0x1000, 1, 9), (0x12000, 0x2000, 1, 9)]);
+    assert_eq!(r.lookup(0x11800), None);
+    assert_eq!(r.missed_frees(), 0, "a remove is not a missed free");
+    r.check();
+}
+
+#[test]
+fn registry_remove_span_over_several() {
+    let r = Registry::new();
+    r.insert(alloc(0, 10, 1));
+    r.insert(alloc(10, 10, 2));
+    r.insert(alloc(30, 10, 3));
+    let rm = r.remove(5, 30);
+    assert_eq!(
+        rm,
+        Removed {
+            whole: 1,
+            partial: 2,
+            bytes: 5 + 10 + 5
+        }
+    );
+    let v: Vec<_> = r.snapshot().iter().map(|a| (a.start, a.size)).collect();
+    assert_eq!(v, vec![(0, 5), (35, 5)]);
+    r.check();
+}
+
+#[test]
+fn registry_remove_allocation_needs_exact_start() {
+    let r = Registry::new();
+    r.insert(alloc(0x2000, 0x100, 1));
+    assert_eq!(r.remove_allocation(0x2010), None);
+    assert_eq!(r.len(), 1);
+    let a = r.remove_allocation(0x2000).unwrap();
+    assert_eq!((a.start, a.size), (0x2000, 0x100));
+    assert!(r.is_empty());
+    assert_eq!(r.live_bytes(), 0);
+    r.check();
+}
+
+#[test]
+fn registry_lookup_span_crossing_adjacent_ranges_not_found() {
+    let r = Registry::new();
+    r.insert(alloc(0x1000, 0x1000, 1));
+    r.insert(alloc(0x2000, 0x1000, 2));
+    assert_eq!(r.lookup_span(0x1800, 0x800).map(|a| a.pool), Some(1));
+    assert_eq!(
+        r.lookup_span(0x1800, 0x801),
+        None,
+        "crosses into the next range"
+    );
+    assert_eq!(r.lookup_span(0x1fff, 2), None);
+    assert_eq!(r.lookup_span(0x2000, 0x1000).map(|a| a.pool), Some(2));
+    assert_eq!(r.lookup_span(0x2000, 0), r.lookup(0x2000));
+    assert_eq!(r.lookup_span(0x2fff, 2), None, "runs past the end");
+    assert_eq!(r.lookup_span(0x2fff, MAX), None, "end overflows");
+}
+
+#[test]
+fn registry_purge_by_device() {
+    let r = Registry::new();
+    for i in 0..100usize {
+        let mut a = alloc(i * 0x100, 0x80, i as u64);
+        a.device = (i % 3) as i32;
+        r.insert(a);
+    }
+    let mut purged = Vec::new();
+    let n = r.purge(|a| a.device == 1, |a| purged.push(a));
+    assert_eq!(n, 33);
+    assert_eq!(purged.len(), 33);
+    assert!(purged.iter().all(|a| a.device == 1));
+    assert!(
+        purged.windows(2).all(|w| w[0].start < w[1].start),
+        "address order"
+    );
+    assert_eq!(r.len(), 67);
+    assert!(r.snapshot().iter().all(|a| a.device != 1));
+    assert_eq!(r.lookup(0x100), None);
+    assert_eq!(r.lookup(0x200).map(|a| a.device), Some(2));
+    assert_eq!(r.purge(|_| false, |_| unreachable!()), 0);
+    r.check();
+}
+
+#[test]
+fn registry_callbacks_may_reenter() {
+    let r = Registry::new();
+    r.insert(alloc(0, 10, 1));
+    r.insert(alloc(10, 10, 2));
+    // `out` runs without the lock: writing from it must not deadlock.
+    r.purge(
+        |a| a.pool == 1,
+        |a| {
+            r.insert(alloc(a.start + 100, a.size, 3));
+        },
+    );
+    r.remove_with(10, 5, |a| {
+        r.insert(alloc(a.start + 200, a.size, 4));
+    });
+    r.for_each(|a| {
+        assert!(r.lookup(a.start).is_some());
+    });
+    let v: Vec<_> = r.snapshot().iter().map(|a| (a.start, a.size)).collect();
+    assert_eq!(v, vec![(15, 5), (100, 10), (210, 5)]);
+    r.check();
+}
+
+#[test]
+fn registry_address_zero() {
+    let r = Registry::new();
+    r.insert(alloc(0, 1, 1));
+    assert_eq!(r.lookup(0).map(|a| a.size), Some(1));
+    assert_eq!(r.lookup(1), None);
+    r.insert(alloc(0, 16, 2));
+    assert_eq!(r.missed_frees(), 1);
+    assert_eq!(r.lookup_span(0, 16).map(|a| a.pool), Some(2));
+    assert_eq!(r.remove(0, 1).bytes, 1);
+    assert_eq!(r.lookup(0), None);
+    assert_eq!(r.lookup(1).map(|a| a.start), Some(1));
+    r.check();
+}
+
+#[test]
+fn registry_top_of_address_space() {
+    let r = Registry::new();
+    let out = r.insert(alloc(MAX - 9, 10, 1));
+    assert_eq!(out.size, 10);
+    assert_eq!(r.lookup(MAX).map(|a| a.start), Some(MAX - 9));
+    assert_eq!(r.lookup_span(MAX - 9, 10).map(|a| a.size), Some(10));
+    // An end past the top is clipped.
+    let out = r.insert(alloc(MAX - 4, 100, 2));
+    assert_eq!((out.size, out.overwritten), (5, 1));
+    assert_eq!(r.lookup(MAX).map(|a| (a.start, a.size)), Some((MAX - 4, 5)));
+    let out = r.insert(alloc(MAX, MAX, 3));
+    assert_eq!((out.size, out.overwritten), (1, 1));
+    assert_eq!(r.lookup(MAX).map(|a| a.size), Some(1));
+    assert_eq!(r.remove(MAX - 1, MAX).bytes, 2);
+    assert_eq!(r.lookup(MAX), None);
+    assert_eq!(r.lookup(MAX - 2).map(|a| a.start), Some(MAX - 4));
+    assert_eq!(r.lookup(MAX - 5).map(|a| a.start), Some(MAX - 9));
+    r.check();
+}
+
+#[test]
+fn registry_whole_address_space() {
+    let r = Registry::new();
+    let out = r.insert(alloc(0, MAX, 1));
+    assert_eq!(out.size, MAX);
+    r.insert(alloc(MAX, 1, 2));
+    assert_eq!(r.live_bytes(), MAX, "saturates");
+    assert_eq!(r.lookup(MAX / 2).map(|a| a.pool), Some(1));
+    assert_eq!(r.remove(0, MAX).bytes, MAX);
+    assert_eq!(r.len(), 1);
+    r.check();
+}
+
+#[test]
+fn registry_grows_and_shrinks_without_leaks() {
+    let r = Registry::new();
+    let n = 50_000usize;
+    // Interleaved order so splits and merges happen all over the tree.
+    for i in (0..n).step_by(2).chain((1..n).step_by(2)) {
+        r.insert(alloc(i * 64, 32, i as u64));
+    }
+    r.check();
+    assert_eq!(r.len(), n);
+    for i in 0..n {
+        assert_eq!(r.lookup(i * 64 + 31).map(|a| a.start), Some(i * 64));
+        assert_eq!(r.lookup(i * 64 + 32), None);
+    }
+    for i in (0..n).rev().step_by(3) {
+        assert!(r.remove_allocation(i * 64).is_some());
+    }
+    r.check();
+    for i in 0..n {
+        r.remove_allocation(i * 64);
+    }
+    assert!(r.is_empty());
+    r.check();
+}
