@@ -161,14 +161,34 @@ fn dl_fixtures(gcc: &Gcc) {
 fn fake_cuda(gcc: &Gcc) {
     let cuda = |f: &str| format!("../cuda/{f}");
     let c11 = ["-std=c11", "-fvisibility=hidden"];
-    gcc.shared("libcuda.so.1", &[&cuda("fake_libcuda.c")], &c11, &["-lpthread"]);
-    gcc.shared("libcudart.so.13", &[&cuda("fake_cudart.c")], &c11, &["-ldl", "-lpthread"]);
+    gcc.shared(
+        "libcuda.so.1",
+        &[&cuda("fake_libcuda.c")],
+        &c11,
+        &["-lpthread"],
+    );
+    gcc.shared(
+        "libcudart.so.13",
+        &[&cuda("fake_cudart.c")],
+        &c11,
+        &["-ldl", "-lpthread"],
+    );
     let obj = "fake_cudart_static.o";
     let mut args: Vec<String> = c11.iter().map(|s| s.to_string()).collect();
-    args.extend(["-fPIC".into(), "-c".into(), "-o".into(), obj.into(), gcc.src(&cuda("fake_cudart.c"))]);
+    args.extend([
+        "-fPIC".into(),
+        "-c".into(),
+        "-o".into(),
+        obj.into(),
+        gcc.src(&cuda("fake_cudart.c")),
+    ]);
     gcc.run(obj, &args);
     let _ = std::fs::remove_file(gcc.out.join("libcudart_static.a"));
-    let status = Command::new("ar").args(["rcs", "libcudart_static.a", obj]).current_dir(&gcc.out).status().expect("run ar");
+    let status = Command::new("ar")
+        .args(["rcs", "libcudart_static.a", obj])
+        .current_dir(&gcc.out)
+        .status()
+        .expect("run ar");
     assert!(status.success(), "ar failed for libcudart_static.a");
 }
 
@@ -176,14 +196,44 @@ fn fake_cuda(gcc: &Gcc) {
 fn coverage_fixtures(gcc: &Gcc) {
     let cov = |f: &str| format!("../coverage/{f}");
     for m in MODES {
-        let flags: Vec<&str> = ["-fPIE", "-pie"].iter().chain(m.cflags).chain(m.ldflags).copied().collect();
-        gcc.app(&format!("app_cov_drv_{}", m.name), &[&cov("app_cov_drv.c")], &flags, &["-l:libcuda.so.1"]);
+        let flags: Vec<&str> = ["-fPIE", "-pie"]
+            .iter()
+            .chain(m.cflags)
+            .chain(m.ldflags)
+            .copied()
+            .collect();
+        gcc.app(
+            &format!("app_cov_drv_{}", m.name),
+            &[&cov("app_cov_drv.c")],
+            &flags,
+            &["-l:libcuda.so.1"],
+        );
     }
-    gcc.shared("libcov_plugin.so", &[&cov("cov_plugin.c")], &[], &["-l:libcuda.so.1", "-ldl"]);
+    gcc.shared(
+        "libcov_plugin.so",
+        &[&cov("cov_plugin.c")],
+        &[],
+        &["-l:libcuda.so.1", "-ldl"],
+    );
     gcc.shared("libcov_local.so", &[&cov("cov_local.c")], &[], &["-ldl"]);
-    gcc.app("app_cov_local", &[&cov("app_cov_local.c")], &["-fPIE", "-pie"], &[]);
-    gcc.app("app_cov_rt_shared", &[&cov("app_cov_rt.c")], &["-fPIE", "-pie"], &["-l:libcudart.so.13"]);
-    gcc.app("app_cov_rt_static", &[&cov("app_cov_rt.c")], &["-fPIE", "-pie"], &["libcudart_static.a"]);
+    gcc.app(
+        "app_cov_local",
+        &[&cov("app_cov_local.c")],
+        &["-fPIE", "-pie"],
+        &[],
+    );
+    gcc.app(
+        "app_cov_rt_shared",
+        &[&cov("app_cov_rt.c")],
+        &["-fPIE", "-pie"],
+        &["-l:libcudart.so.13"],
+    );
+    gcc.app(
+        "app_cov_rt_static",
+        &[&cov("app_cov_rt.c")],
+        &["-fPIE", "-pie"],
+        &["libcudart_static.a"],
+    );
 }
 
 fn main() {
@@ -192,14 +242,23 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("fixtures");
     std::fs::create_dir_all(&out).expect("create fixtures dir");
     let compiler = cc::Build::new().get_compiler().path().to_path_buf();
+    let fixtures = manifest.join("fixtures");
+    let includes = vec![
+        manifest.join("include"),
+        fixtures.join("engine"),
+        fixtures.join("cuda"),
+        fixtures.join("coverage"),
+    ];
     let gcc = Gcc {
         compiler,
-        src: manifest.join("fixtures/engine"),
+        src: fixtures.join("engine"),
         out: out.clone(),
-        include: manifest.join("include"),
+        includes,
     };
     engine_fixtures(&gcc);
     dl_fixtures(&gcc);
+    fake_cuda(&gcc);
+    coverage_fixtures(&gcc);
     println!("cargo:rustc-env=CUHOOK_FIXTURES_DIR={}", out.display());
     for dir in ["fixtures", "include"] {
         rerun_tree(&manifest.join(dir));

@@ -60,17 +60,83 @@ fn static_runtime(symbol: &str) -> &str {
 }
 
 const PATHS: &[Path] = &[
-    Path { column: "1 lazy", what: "app linked to the driver, lazy binding", program: "app_cov_drv_lazy", args: &["direct"], api: same },
-    Path { column: "2 relro", what: "full RELRO (-z relro -z now)", program: "app_cov_drv_now", args: &["direct"], api: same },
-    Path { column: "3 noplt", what: "-fno-plt (GLOB_DAT only)", program: "app_cov_drv_noplt", args: &["direct"], api: same },
-    Path { column: "4 taken", what: "function addresses taken (GLOB_DAT)", program: "app_cov_drv_lazy", args: &["taken"], api: same },
-    Path { column: "5 rt-shared", what: "shared runtime libcudart.so", program: "app_cov_rt_shared", args: &[], api: shared_runtime },
-    Path { column: "6 rt-static", what: "static runtime (dlsym → cuGetProcAddress_v2)", program: "app_cov_rt_static", args: &[], api: static_runtime },
-    Path { column: "7 plugin", what: "plugin dlopen'd after install", program: "app_cov_drv_lazy", args: &["plugin"], api: same },
-    Path { column: "8 dlsym", what: "the app's own dlsym of each driver symbol", program: "app_cov_drv_lazy", args: &["dlsym"], api: same },
-    Path { column: "9 procaddr", what: "the app's own cuGetProcAddress (per-thread flag → _ptsz)", program: "app_cov_drv_lazy", args: &["procaddr"], api: same },
-    Path { column: "10 late", what: "install after lazy slots were resolved by earlier calls", program: "app_cov_drv_lazy", args: &["late"], api: same },
-    Path { column: "11 local", what: "plugin dlopens libcuda.so.1 RTLD_LOCAL", program: "app_cov_local", args: &[], api: same },
+    Path {
+        column: "1 lazy",
+        what: "app linked to the driver, lazy binding",
+        program: "app_cov_drv_lazy",
+        args: &["direct"],
+        api: same,
+    },
+    Path {
+        column: "2 relro",
+        what: "full RELRO (-z relro -z now)",
+        program: "app_cov_drv_now",
+        args: &["direct"],
+        api: same,
+    },
+    Path {
+        column: "3 noplt",
+        what: "-fno-plt (GLOB_DAT only)",
+        program: "app_cov_drv_noplt",
+        args: &["direct"],
+        api: same,
+    },
+    Path {
+        column: "4 taken",
+        what: "function addresses taken (GLOB_DAT)",
+        program: "app_cov_drv_lazy",
+        args: &["taken"],
+        api: same,
+    },
+    Path {
+        column: "5 rt-shared",
+        what: "shared runtime libcudart.so",
+        program: "app_cov_rt_shared",
+        args: &[],
+        api: shared_runtime,
+    },
+    Path {
+        column: "6 rt-static",
+        what: "static runtime (dlsym → cuGetProcAddress_v2)",
+        program: "app_cov_rt_static",
+        args: &[],
+        api: static_runtime,
+    },
+    Path {
+        column: "7 plugin",
+        what: "plugin dlopen'd after install",
+        program: "app_cov_drv_lazy",
+        args: &["plugin"],
+        api: same,
+    },
+    Path {
+        column: "8 dlsym",
+        what: "the app's own dlsym of each driver symbol",
+        program: "app_cov_drv_lazy",
+        args: &["dlsym"],
+        api: same,
+    },
+    Path {
+        column: "9 procaddr",
+        what: "the app's own cuGetProcAddress (per-thread flag → _ptsz)",
+        program: "app_cov_drv_lazy",
+        args: &["procaddr"],
+        api: same,
+    },
+    Path {
+        column: "10 late",
+        what: "install after lazy slots were resolved by earlier calls",
+        program: "app_cov_drv_lazy",
+        args: &["late"],
+        api: same,
+    },
+    Path {
+        column: "11 local",
+        what: "plugin dlopens libcuda.so.1 RTLD_LOCAL",
+        program: "app_cov_local",
+        args: &[],
+        api: same,
+    },
 ];
 
 #[derive(Debug, Clone)]
@@ -83,7 +149,9 @@ struct Event {
 }
 
 fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    line.split(' ').find_map(|f| f.strip_prefix(key).and_then(|r| r.strip_prefix('='))).unwrap_or("")
+    line.split(' ')
+        .find_map(|f| f.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+        .unwrap_or("")
 }
 
 /// (symbol, problem or None) for every call the app made after subscribing.
@@ -92,6 +160,11 @@ fn judge(run: &Run, path: &Path) -> Vec<(String, Option<String>)> {
     let mut pending: Vec<Event> = Vec::new();
     let mut live = false;
     for line in run.stdout.lines() {
+        if line.starts_with("setup ") {
+            // Events of the workload's own preparation (the allocation a teardown will purge).
+            pending.clear();
+            continue;
+        }
         if line == "subscribed" {
             live = true;
             pending.clear();
@@ -106,11 +179,14 @@ fn judge(run: &Run, path: &Path) -> Vec<(String, Option<String>)> {
                 api: field(rest, "api").to_owned(),
                 addr: field(rest, "addr").to_owned(),
                 size: field(rest, "size").parse().unwrap_or(usize::MAX),
-                flags: u32::from_str_radix(field(rest, "flags").trim_start_matches("0x"), 16).unwrap_or(0),
+                flags: u32::from_str_radix(field(rest, "flags").trim_start_matches("0x"), 16)
+                    .unwrap_or(0),
             });
             continue;
         }
-        let Some(rest) = line.strip_prefix("call ") else { continue };
+        let Some(rest) = line.strip_prefix("call ") else {
+            continue;
+        };
         let symbol = rest.split(' ').next().unwrap_or("").to_owned();
         let rc = field(rest, "rc");
         let kind = field(rest, "kind");
@@ -149,17 +225,26 @@ fn coverage_matrix() {
     for path in PATHS {
         let run = run_fixture(path.program, path.args, &[]);
         if !run.status.success() || !run.stdout.contains("subscribed") {
-            failures.push(format!("{}: exit {:?}\n{}\n{}", path.column, run.status, run.stdout, run.stderr));
+            failures.push(format!(
+                "{}: exit {:?}\n{}\n{}",
+                path.column, run.status, run.stdout, run.stderr
+            ));
             continue;
         }
         for (symbol, problem) in judge(&run, path) {
             let row = match symbol.as_str() {
-                "check:procaddr_all_found" | "check:procaddr_returns_wrapper" | "check:procaddr_unknown_untouched" => "cuGetProcAddress_v2".to_owned(),
+                "check:procaddr_all_found"
+                | "check:procaddr_returns_wrapper"
+                | "check:procaddr_unknown_untouched" => "cuGetProcAddress_v2".to_owned(),
                 "check:procaddr_v1_maps" => "cuGetProcAddress".to_owned(),
                 s if s.starts_with("check:") => continue,
                 s => s.to_owned(),
             };
-            let cell = cells.entry(row).or_default().entry(path.column).or_default();
+            let cell = cells
+                .entry(row)
+                .or_default()
+                .entry(path.column)
+                .or_default();
             if let Some(p) = problem {
                 failures.push(format!("{} × {}: {p}", path.column, symbol));
                 cell.push(p);
@@ -167,7 +252,11 @@ fn coverage_matrix() {
         }
         // Every driver call of the static runtime went through pointers from cuGetProcAddress_v2.
         if path.column == "6 rt-static" {
-            cells.entry("cuGetProcAddress_v2".to_owned()).or_default().entry(path.column).or_default();
+            cells
+                .entry("cuGetProcAddress_v2".to_owned())
+                .or_default()
+                .entry(path.column)
+                .or_default();
         }
     }
     let mut rows: Vec<&str> = cuhook::cuda::HOOKS.iter().map(|h| h.symbol).collect();
@@ -209,7 +298,14 @@ fn coverage_matrix() {
          failures, `free(NULL)` and out-of-memory produced none. `·`: the path does not call that symbol.\n\nPaths:\n\n",
     );
     for p in PATHS {
-        let _ = writeln!(doc, "- **{}**: {} (`{}{}`)", p.column, p.what, p.program, p.args.iter().map(|a| format!(" {a}")).collect::<String>());
+        let _ = writeln!(
+            doc,
+            "- **{}**: {} (`{}{}`)",
+            p.column,
+            p.what,
+            p.program,
+            p.args.iter().map(|a| format!(" {a}")).collect::<String>()
+        );
     }
     doc.push('\n');
     doc.push_str(&table);
@@ -218,6 +314,33 @@ fn coverage_matrix() {
         let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/coverage.md");
         std::fs::write(&out, &doc).expect("write docs/coverage.md");
     }
-    assert!(unexercised.is_empty(), "hooked symbols no path exercises: {unexercised:?}");
-    assert!(failures.is_empty(), "{} failing cells:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        unexercised.is_empty(),
+        "hooked symbols no path exercises: {unexercised:?}"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failing cells:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Registry view of stream-ordered memory, pool address reuse, allocations from callbacks, and
+/// the C API's argument checks.
+#[test]
+fn registry_reuse_callbacks_and_api_errors() {
+    run_fixture("app_cov_drv_lazy", &["extras"], &[]).assert_passed(&[
+        "registry_knows_async",
+        "span_past_end_not_found",
+        "freed_not_found",
+        "pool_reuse_same_address",
+        "pool_reuse_fresh_entry",
+        "callback_allocation_seen",
+        "unset_handler",
+        "unset_again_refused",
+        "null_handler_refused",
+        "bad_events_refused",
+        "null_info_refused",
+    ]);
 }

@@ -7,6 +7,7 @@ pub mod registry;
 
 pub use error::{Error, Result};
 pub mod capi;
+pub mod cuda;
 pub mod elf;
 pub mod hooks;
 pub mod patch;

@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::status::{ffi_call, CUHOOK_OK};
-use crate::events::{self, Callback, EventKind, MemEvent, MemType};
+use crate::events::{self, Callback, EventKind, MemEvent};
 use crate::registry::{self, Allocation};
 use crate::{Error, Result};
 
@@ -62,7 +62,10 @@ fn install_once() -> Result<()> {
         return Ok(());
     }
     let id = crate::cuda::install()?.leak();
-    if INSTALLED.compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire).is_err() {
+    if INSTALLED
+        .compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
         // Another thread won: drop our extra reference.
         crate::hooks::uninstall_id(id)?;
     }
@@ -106,13 +109,17 @@ fn c_adapter(target: usize, ev: &MemEvent, arg: usize) {
     let c = c_event(ev);
     // SAFETY: `target` is the address of a `cuhook_event_callback_t` given to
     // cuhook_set_event_handler, valid until it is unset.
-    unsafe { std::mem::transmute::<usize, CCallback>(target)(ev.kind as c_int, &c, arg as *mut c_void) };
+    unsafe {
+        std::mem::transmute::<usize, CCallback>(target)(ev.kind as c_int, &c, arg as *mut c_void)
+    };
 }
 
 fn mask_of(events: c_int) -> Result<u32> {
     let m = (events & (EVENT_ALLOC | EVENT_FREE)) as u32;
     if m == 0 || events & !(EVENT_ALLOC | EVENT_FREE | FLAG_NO_INSTALL | FLAG_EXISTING_ALLOC) != 0 {
-        return Err(Error::InvalidArgument { what: "events must name ALLOC and/or FREE (plus known flags only)" });
+        return Err(Error::InvalidArgument {
+            what: "events must name ALLOC and/or FREE (plus known flags only)",
+        });
     }
     Ok(m)
 }
@@ -123,14 +130,24 @@ fn mask_of(events: c_int) -> Result<u32> {
 /// # Safety
 /// `cb` stays callable until unset.
 #[no_mangle]
-pub unsafe extern "C" fn cuhook_set_event_handler(events: c_int, priority: c_int, cb: Option<CCallback>, arg: *mut c_void) -> c_int {
+pub unsafe extern "C" fn cuhook_set_event_handler(
+    events: c_int,
+    priority: c_int,
+    cb: Option<CCallback>,
+    arg: *mut c_void,
+) -> c_int {
     ffi_call(|| {
-        let cb = cb.ok_or(Error::InvalidArgument { what: "callback is NULL" })?;
+        let cb = cb.ok_or(Error::InvalidArgument {
+            what: "callback is NULL",
+        })?;
         let mask = mask_of(events)?;
         if events & FLAG_NO_INSTALL == 0 {
             install_once()?;
         }
-        let callback = Callback::Foreign { adapter: c_adapter, target: cb as usize };
+        let callback = Callback::Foreign {
+            adapter: c_adapter,
+            target: cb as usize,
+        };
         if events & FLAG_EXISTING_ALLOC != 0 {
             events::subscribe_with_replay(mask, priority, callback, arg as usize, |emit| {
                 registry::global().for_each(|a| emit(&a.to_event()));
@@ -147,10 +164,19 @@ pub unsafe extern "C" fn cuhook_set_event_handler(events: c_int, priority: c_int
 /// # Safety
 /// None beyond the header's contract.
 #[no_mangle]
-pub unsafe extern "C" fn cuhook_unset_event_handler(events: c_int, cb: Option<CCallback>, arg: *mut c_void) -> c_int {
+pub unsafe extern "C" fn cuhook_unset_event_handler(
+    events: c_int,
+    cb: Option<CCallback>,
+    arg: *mut c_void,
+) -> c_int {
     ffi_call(|| {
-        let cb = cb.ok_or(Error::InvalidArgument { what: "callback is NULL" })?;
-        let callback = Callback::Foreign { adapter: c_adapter, target: cb as usize };
+        let cb = cb.ok_or(Error::InvalidArgument {
+            what: "callback is NULL",
+        })?;
+        let callback = Callback::Foreign {
+            adapter: c_adapter,
+            target: cb as usize,
+        };
         events::unsubscribe(mask_of(events)?, callback, arg as usize)?;
         Ok(CUHOOK_OK)
     })
@@ -180,10 +206,16 @@ fn fill_info(info: *mut CMemInfo, a: &Allocation) {
 /// # Safety
 /// `info` is writable.
 #[no_mangle]
-pub unsafe extern "C" fn cuhook_lookup(address: *const c_void, length: usize, info: *mut CMemInfo) -> c_int {
+pub unsafe extern "C" fn cuhook_lookup(
+    address: *const c_void,
+    length: usize,
+    info: *mut CMemInfo,
+) -> c_int {
     ffi_call(|| {
         if info.is_null() {
-            return Err(Error::InvalidArgument { what: "info is NULL" });
+            return Err(Error::InvalidArgument {
+                what: "info is NULL",
+            });
         }
         match registry::global().lookup_span(address as usize, length) {
             Some(a) => {
@@ -208,6 +240,3 @@ impl Allocation {
         ev
     }
 }
-
-#[allow(dead_code)]
-const _: MemType = MemType::Unknown;

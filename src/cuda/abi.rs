@@ -3,7 +3,9 @@
 
 use std::ffi::{c_int, c_uint};
 
-pub use cudarc::driver::sys::{CUcontext, CUdevice, CUdeviceptr, CUmemGenericAllocationHandle, CUmemoryPool, CUstream};
+pub use cudarc::driver::sys::{
+    CUcontext, CUdevice, CUdeviceptr, CUmemGenericAllocationHandle, CUmemoryPool, CUstream,
+};
 pub use cudarc::runtime::sys::{cudaMemPool_t, cudaStream_t};
 
 /// `CUresult` as the integer the driver returns.
@@ -12,20 +14,20 @@ pub type CUresult = c_uint;
 pub type CudaError = c_int;
 
 pub const CUDA_SUCCESS: CUresult = cudarc::driver::sys::CUresult::CUDA_SUCCESS as CUresult;
-pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_INITIALIZED as CUresult;
+pub const CUDA_ERROR_NOT_INITIALIZED: CUresult =
+    cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_INITIALIZED as CUresult;
 pub const CUDA_SUCCESS_RT: CudaError = cudarc::runtime::sys::cudaError::cudaSuccess as CudaError;
-pub const CUDA_ERROR_INITIALIZATION_RT: CudaError = cudarc::runtime::sys::cudaError::cudaErrorInitializationError as CudaError;
+pub const CUDA_ERROR_INITIALIZATION_RT: CudaError =
+    cudarc::runtime::sys::cudaError::cudaErrorInitializationError as CudaError;
 
 /// How a hooked function reports success, so generated code can test any of them.
 pub trait Status: Copy {
-    const SUCCESS: Self;
     /// Returned when the hook has no original to call (cannot happen once installed).
     const NO_ORIGINAL: Self;
     fn ok(self) -> bool;
 }
 
 impl Status for CUresult {
-    const SUCCESS: Self = CUDA_SUCCESS;
     const NO_ORIGINAL: Self = CUDA_ERROR_NOT_INITIALIZED;
     fn ok(self) -> bool {
         self == CUDA_SUCCESS
@@ -33,7 +35,6 @@ impl Status for CUresult {
 }
 
 impl Status for CudaError {
-    const SUCCESS: Self = CUDA_SUCCESS_RT;
     const NO_ORIGINAL: Self = CUDA_ERROR_INITIALIZATION_RT;
     fn ok(self) -> bool {
         self == CUDA_SUCCESS_RT

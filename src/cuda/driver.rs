@@ -20,7 +20,10 @@ pub struct Entry {
 
 impl Entry {
     const fn new(name: &'static CStr) -> Entry {
-        Entry { name, address: AtomicUsize::new(0) }
+        Entry {
+            name,
+            address: AtomicUsize::new(0),
+        }
     }
 
     /// The function's address, looked up on first use (0 while no libcuda is loaded).
@@ -47,7 +50,10 @@ fn resolve(name: &CStr) -> usize {
         if p == 0 {
             let anchor = super::table::original_of("cuMemAlloc_v2");
             let mut info: libc::Dl_info = std::mem::zeroed();
-            if anchor != 0 && libc::dladdr(anchor as *const c_void, &mut info) != 0 && !info.dli_fname.is_null() {
+            if anchor != 0
+                && libc::dladdr(anchor as *const c_void, &mut info) != 0
+                && !info.dli_fname.is_null()
+            {
                 let h = libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
                 if !h.is_null() {
                     p = libc::dlsym(h, name.as_ptr()) as usize;
@@ -71,7 +77,9 @@ pub fn current_context() -> CUcontext {
     }
     let mut ctx: CUcontext = std::ptr::null_mut();
     // SAFETY: `cuCtxGetCurrent(CUcontext *pctx)`.
-    let rc = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(*mut CUcontext) -> CUresult>(f)(&mut ctx) };
+    let rc = unsafe {
+        std::mem::transmute::<usize, unsafe extern "C" fn(*mut CUcontext) -> CUresult>(f)(&mut ctx)
+    };
     if rc == CUDA_SUCCESS {
         ctx
     } else {
@@ -87,7 +95,9 @@ pub fn current_device() -> c_int {
     }
     let mut dev: CUdevice = -1;
     // SAFETY: `cuCtxGetDevice(CUdevice *device)`.
-    let rc = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(*mut CUdevice) -> CUresult>(f)(&mut dev) };
+    let rc = unsafe {
+        std::mem::transmute::<usize, unsafe extern "C" fn(*mut CUdevice) -> CUresult>(f)(&mut dev)
+    };
     if rc == CUDA_SUCCESS {
         dev
     } else {

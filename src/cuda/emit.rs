@@ -29,7 +29,15 @@ pub fn guarded<R>(f: impl FnOnce() -> R, fallback: R) -> R {
 }
 
 /// Announce an allocation that succeeded.
-pub fn alloc(api: &'static CStr, mem_type: MemType, address: usize, size: usize, extra_flags: u32, stream: usize, pool: usize) {
+pub fn alloc(
+    api: &'static CStr,
+    mem_type: MemType,
+    address: usize,
+    size: usize,
+    extra_flags: u32,
+    stream: usize,
+    pool: usize,
+) {
     if address == 0 || size == 0 {
         return;
     }
@@ -48,9 +56,19 @@ pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream:
     if address == 0 {
         return Pending::Nothing;
     }
-    match registry::global().lookup(address).filter(|a| a.start == address) {
+    match registry::global()
+        .lookup(address)
+        .filter(|a| a.start == address)
+    {
         Some(record) => {
-            events::dispatch(&free_event(api, &record, record.start, record.size, extra_flags, stream));
+            events::dispatch(&free_event(
+                api,
+                &record,
+                record.start,
+                record.size,
+                extra_flags,
+                stream,
+            ));
             Pending::Announced(record)
         }
         None => {
@@ -82,7 +100,14 @@ pub fn unmap_before(api: &'static CStr, address: usize, size: usize) -> Pending 
     Pending::Nothing
 }
 
-fn free_event(api: &'static CStr, r: &Allocation, address: usize, size: usize, extra_flags: u32, stream: usize) -> MemEvent {
+fn free_event(
+    api: &'static CStr,
+    r: &Allocation,
+    address: usize,
+    size: usize,
+    extra_flags: u32,
+    stream: usize,
+) -> MemEvent {
     let mut ev = MemEvent::new(EventKind::Free, address, size, api);
     ev.mem_type = r.mem_type;
     ev.device = r.device;

@@ -18,7 +18,10 @@ pub const SET_NAME: &str = "cuda";
 
 /// The CUDA hook set, ready for [`hooks::install`].
 pub fn hook_set() -> Result<HookSet> {
-    let hooks = HOOKS.iter().map(|h| Hook::new(h.symbol, (h.replacement)(), h.original)).collect::<Result<Vec<_>>>()?;
+    let hooks = HOOKS
+        .iter()
+        .map(|h| Hook::new(h.symbol, (h.replacement)(), h.original))
+        .collect::<Result<Vec<_>>>()?;
     HookSet::new(SET_NAME, hooks)
 }
 

@@ -108,7 +108,7 @@ macro_rules! cuda_hooks {
                 ///
                 /// # Safety
                 /// Called by C code with the C function's arguments.
-                #[allow(unused_variables, unused_mut, unreachable_code)]
+                #[allow(unused_variables, unused_mut, unused_assignments)]
                 pub unsafe extern "C" fn hook($($arg: $ty),*) -> $ret {
                     let real = ORIGINAL.load(Ordering::Acquire);
                     if real == 0 {
@@ -126,11 +126,11 @@ macro_rules! cuda_hooks {
                         }
                     };
                     let mut pending = Pending::Nothing;
-                    $( pending = emit::guarded(|| { let api = API; $before }, Pending::Nothing); )?
+                    $( pending = emit::guarded(|| $before, Pending::Nothing); )?
                     // SAFETY: the caller's own arguments, to the real function.
                     let rc = unsafe { real($($arg),*) };
                     let ok = <$ret as Status>::ok(rc);
-                    $( if ok { emit::guarded(|| { let api = API; $after; }, ()); } )?
+                    $( if ok { emit::guarded(|| { $after; }, ()); } )?
                     emit::settle(pending, ok);
                     drop(guard);
                     rc
@@ -149,104 +149,104 @@ macro_rules! cuda_hooks {
     };
 }
 
-// The `api` variable in `before`/`after` is the hook's own symbol name.
+// In `before`/`after`, `API` is the hook's own symbol name as a C string.
 cuda_hooks! {
     // ---- driver, synchronous --------------------------------------------------------------
     cuMemAlloc_v2 [DriverSync, "cuMemAlloc"] (dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult,
-        after => emit::alloc(api, MemType::Cuda, unsafe { out(dptr) }, bytesize, 0, 0, 0);
+        after => emit::alloc(API, MemType::Cuda, unsafe { out(dptr) }, bytesize, 0, 0, 0);
     /// The pre-3.2 ABI: 32-bit pointer and size.
     cuMemAlloc [DriverSync, "cuMemAlloc"] (dptr: *mut c_uint, bytesize: c_uint) -> CUresult,
-        after => emit::alloc(api, MemType::Cuda, unsafe { out(dptr) }, bytesize as usize, 0, 0, 0);
+        after => emit::alloc(API, MemType::Cuda, unsafe { out(dptr) }, bytesize as usize, 0, 0, 0);
     cuMemAllocPitch_v2 [DriverSync, "cuMemAllocPitch"] (dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, elem: c_uint) -> CUresult,
-        after => emit::alloc(api, MemType::Cuda, unsafe { out(dptr) }, unsafe { out(pitch.cast::<u64>()) } * height, 0, 0, 0);
+        after => emit::alloc(API, MemType::Cuda, unsafe { out(dptr) }, unsafe { out(pitch.cast::<u64>()) } * height, 0, 0, 0);
     cuMemAllocPitch [DriverSync, "cuMemAllocPitch"] (dptr: *mut c_uint, pitch: *mut c_uint, width: c_uint, height: c_uint, elem: c_uint) -> CUresult,
-        after => emit::alloc(api, MemType::Cuda, unsafe { out(dptr) }, unsafe { out(pitch) } * height as usize, 0, 0, 0);
+        after => emit::alloc(API, MemType::Cuda, unsafe { out(dptr) }, unsafe { out(pitch) } * height as usize, 0, 0, 0);
     cuMemAllocManaged [DriverSync, "cuMemAllocManaged"] (dptr: *mut CUdeviceptr, bytesize: usize, attach: c_uint) -> CUresult,
-        after => emit::alloc(api, MemType::CudaManaged, unsafe { out(dptr) }, bytesize, 0, 0, 0);
+        after => emit::alloc(API, MemType::CudaManaged, unsafe { out(dptr) }, bytesize, 0, 0, 0);
     cuMemFree_v2 [DriverSync, "cuMemFree"] (dptr: CUdeviceptr) -> CUresult,
-        before => emit::free_before(api, dptr as usize, 0, 0);
+        before => emit::free_before(API, dptr as usize, 0, 0);
     cuMemFree [DriverSync, "cuMemFree"] (dptr: c_uint) -> CUresult,
-        before => emit::free_before(api, dptr as usize, 0, 0);
+        before => emit::free_before(API, dptr as usize, 0, 0);
 
     // ---- driver, stream-ordered -----------------------------------------------------------
     cuMemAllocAsync [DriverStreamOrdered, "cuMemAllocAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult,
-        after => emit::alloc(api, MemType::Cuda, unsafe { out(dptr) }, bytesize, flags::STREAM_ORDERED, stream as usize, 0);
+        after => emit::alloc(API, MemType::Cuda, unsafe { out(dptr) }, bytesize, flags::STREAM_ORDERED, stream as usize, 0);
     cuMemAllocAsync_ptsz [DriverStreamOrdered, "cuMemAllocAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult,
-        after => emit::alloc(api, MemType::Cuda, unsafe { out(dptr) }, bytesize, flags::STREAM_ORDERED, stream as usize, 0);
+        after => emit::alloc(API, MemType::Cuda, unsafe { out(dptr) }, bytesize, flags::STREAM_ORDERED, stream as usize, 0);
     cuMemAllocFromPoolAsync [DriverStreamOrdered, "cuMemAllocFromPoolAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult,
-        after => emit::alloc(api, MemType::Cuda, unsafe { out(dptr) }, bytesize, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+        after => emit::alloc(API, MemType::Cuda, unsafe { out(dptr) }, bytesize, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
     cuMemAllocFromPoolAsync_ptsz [DriverStreamOrdered, "cuMemAllocFromPoolAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult,
-        after => emit::alloc(api, MemType::Cuda, unsafe { out(dptr) }, bytesize, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+        after => emit::alloc(API, MemType::Cuda, unsafe { out(dptr) }, bytesize, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
     cuMemFreeAsync [DriverStreamOrdered, "cuMemFreeAsync"] (dptr: CUdeviceptr, stream: CUstream) -> CUresult,
-        before => emit::free_before(api, dptr as usize, flags::STREAM_ORDERED, stream as usize);
+        before => emit::free_before(API, dptr as usize, flags::STREAM_ORDERED, stream as usize);
     cuMemFreeAsync_ptsz [DriverStreamOrdered, "cuMemFreeAsync"] (dptr: CUdeviceptr, stream: CUstream) -> CUresult,
-        before => emit::free_before(api, dptr as usize, flags::STREAM_ORDERED, stream as usize);
+        before => emit::free_before(API, dptr as usize, flags::STREAM_ORDERED, stream as usize);
 
     // ---- driver, virtual memory management ------------------------------------------------
     cuMemMap [DriverVmm, "cuMemMap"] (ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, map_flags: c_ulonglong) -> CUresult,
-        after => emit::alloc(api, MemType::Cuda, ptr as usize, size, flags::VMM, 0, 0);
+        after => emit::alloc(API, MemType::Cuda, ptr as usize, size, flags::VMM, 0, 0);
     cuMemUnmap [DriverVmm, "cuMemUnmap"] (ptr: CUdeviceptr, size: usize) -> CUresult,
-        before => emit::unmap_before(api, ptr as usize, size);
+        before => emit::unmap_before(API, ptr as usize, size);
 
     // ---- driver, pinned host --------------------------------------------------------------
     cuMemAllocHost_v2 [DriverHost, "cuMemAllocHost"] (pp: *mut *mut c_void, bytesize: usize) -> CUresult,
-        after => emit::alloc(api, MemType::Host, unsafe { out_ptr(pp) }, bytesize, flags::PINNED_HOST, 0, 0);
+        after => emit::alloc(API, MemType::Host, unsafe { out_ptr(pp) }, bytesize, flags::PINNED_HOST, 0, 0);
     cuMemAllocHost [DriverHost, "cuMemAllocHost"] (pp: *mut *mut c_void, bytesize: c_uint) -> CUresult,
-        after => emit::alloc(api, MemType::Host, unsafe { out_ptr(pp) }, bytesize as usize, flags::PINNED_HOST, 0, 0);
+        after => emit::alloc(API, MemType::Host, unsafe { out_ptr(pp) }, bytesize as usize, flags::PINNED_HOST, 0, 0);
     cuMemHostAlloc [DriverHost, "cuMemHostAlloc"] (pp: *mut *mut c_void, bytesize: usize, host_flags: c_uint) -> CUresult,
-        after => emit::alloc(api, MemType::Host, unsafe { out_ptr(pp) }, bytesize, flags::PINNED_HOST, 0, 0);
+        after => emit::alloc(API, MemType::Host, unsafe { out_ptr(pp) }, bytesize, flags::PINNED_HOST, 0, 0);
     cuMemFreeHost [DriverHost, "cuMemFreeHost"] (p: *mut c_void) -> CUresult,
-        before => emit::free_before(api, p as usize, 0, 0);
+        before => emit::free_before(API, p as usize, 0, 0);
     cuMemHostRegister_v2 [DriverHost, "cuMemHostRegister"] (p: *mut c_void, bytesize: usize, host_flags: c_uint) -> CUresult,
-        after => emit::alloc(api, MemType::Host, p as usize, bytesize, flags::PINNED_HOST | flags::REGISTERED, 0, 0);
+        after => emit::alloc(API, MemType::Host, p as usize, bytesize, flags::PINNED_HOST | flags::REGISTERED, 0, 0);
     cuMemHostRegister [DriverHost, "cuMemHostRegister"] (p: *mut c_void, bytesize: usize, host_flags: c_uint) -> CUresult,
-        after => emit::alloc(api, MemType::Host, p as usize, bytesize, flags::PINNED_HOST | flags::REGISTERED, 0, 0);
+        after => emit::alloc(API, MemType::Host, p as usize, bytesize, flags::PINNED_HOST | flags::REGISTERED, 0, 0);
     cuMemHostUnregister [DriverHost, "cuMemHostUnregister"] (p: *mut c_void) -> CUresult,
-        before => emit::free_before(api, p as usize, 0, 0);
+        before => emit::free_before(API, p as usize, 0, 0);
 
     // ---- driver, teardown -----------------------------------------------------------------
     cuCtxDestroy_v2 [DriverTeardown, "cuCtxDestroy"] (ctx: CUcontext) -> CUresult,
-        before => emit::purge_before(api, |a| a.context == ctx as usize);
+        before => emit::purge_before(API, |a| a.context == ctx as usize);
     cuCtxDestroy [DriverTeardown, "cuCtxDestroy"] (ctx: CUcontext) -> CUresult,
-        before => emit::purge_before(api, |a| a.context == ctx as usize);
+        before => emit::purge_before(API, |a| a.context == ctx as usize);
     cuDevicePrimaryCtxReset_v2 [DriverTeardown, "cuDevicePrimaryCtxReset"] (dev: CUdevice) -> CUresult,
-        before => emit::purge_before(api, |a| a.device == dev);
+        before => emit::purge_before(API, |a| a.device == dev);
     cuDevicePrimaryCtxReset [DriverTeardown, "cuDevicePrimaryCtxReset"] (dev: CUdevice) -> CUresult,
-        before => emit::purge_before(api, |a| a.device == dev);
+        before => emit::purge_before(API, |a| a.device == dev);
 
     // ---- runtime --------------------------------------------------------------------------
     cudaMalloc [Runtime, "cudaMalloc"] (p: *mut *mut c_void, size: usize) -> CudaError,
-        after => emit::alloc(api, MemType::Cuda, unsafe { out_ptr(p) }, size, 0, 0, 0);
+        after => emit::alloc(API, MemType::Cuda, unsafe { out_ptr(p) }, size, 0, 0, 0);
     cudaMallocPitch [Runtime, "cudaMallocPitch"] (p: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) -> CudaError,
-        after => emit::alloc(api, MemType::Cuda, unsafe { out_ptr(p) }, unsafe { out(pitch.cast::<u64>()) } * height, 0, 0, 0);
+        after => emit::alloc(API, MemType::Cuda, unsafe { out_ptr(p) }, unsafe { out(pitch.cast::<u64>()) } * height, 0, 0, 0);
     cudaMallocManaged [Runtime, "cudaMallocManaged"] (p: *mut *mut c_void, size: usize, attach: c_uint) -> CudaError,
-        after => emit::alloc(api, MemType::CudaManaged, unsafe { out_ptr(p) }, size, 0, 0, 0);
+        after => emit::alloc(API, MemType::CudaManaged, unsafe { out_ptr(p) }, size, 0, 0, 0);
     cudaFree [Runtime, "cudaFree"] (p: *mut c_void) -> CudaError,
-        before => emit::free_before(api, p as usize, 0, 0);
+        before => emit::free_before(API, p as usize, 0, 0);
     cudaMallocAsync [Runtime, "cudaMallocAsync"] (p: *mut *mut c_void, size: usize, stream: cudaStream_t) -> CudaError,
-        after => emit::alloc(api, MemType::Cuda, unsafe { out_ptr(p) }, size, flags::STREAM_ORDERED, stream as usize, 0);
+        after => emit::alloc(API, MemType::Cuda, unsafe { out_ptr(p) }, size, flags::STREAM_ORDERED, stream as usize, 0);
     cudaMallocAsync_ptsz [Runtime, "cudaMallocAsync"] (p: *mut *mut c_void, size: usize, stream: cudaStream_t) -> CudaError,
-        after => emit::alloc(api, MemType::Cuda, unsafe { out_ptr(p) }, size, flags::STREAM_ORDERED, stream as usize, 0);
+        after => emit::alloc(API, MemType::Cuda, unsafe { out_ptr(p) }, size, flags::STREAM_ORDERED, stream as usize, 0);
     cudaMallocFromPoolAsync [Runtime, "cudaMallocFromPoolAsync"] (p: *mut *mut c_void, size: usize, pool: cudaMemPool_t, stream: cudaStream_t) -> CudaError,
-        after => emit::alloc(api, MemType::Cuda, unsafe { out_ptr(p) }, size, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+        after => emit::alloc(API, MemType::Cuda, unsafe { out_ptr(p) }, size, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
     cudaMallocFromPoolAsync_ptsz [Runtime, "cudaMallocFromPoolAsync"] (p: *mut *mut c_void, size: usize, pool: cudaMemPool_t, stream: cudaStream_t) -> CudaError,
-        after => emit::alloc(api, MemType::Cuda, unsafe { out_ptr(p) }, size, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+        after => emit::alloc(API, MemType::Cuda, unsafe { out_ptr(p) }, size, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
     cudaFreeAsync [Runtime, "cudaFreeAsync"] (p: *mut c_void, stream: cudaStream_t) -> CudaError,
-        before => emit::free_before(api, p as usize, flags::STREAM_ORDERED, stream as usize);
+        before => emit::free_before(API, p as usize, flags::STREAM_ORDERED, stream as usize);
     cudaFreeAsync_ptsz [Runtime, "cudaFreeAsync"] (p: *mut c_void, stream: cudaStream_t) -> CudaError,
-        before => emit::free_before(api, p as usize, flags::STREAM_ORDERED, stream as usize);
+        before => emit::free_before(API, p as usize, flags::STREAM_ORDERED, stream as usize);
     cudaMallocHost [Runtime, "cudaMallocHost"] (p: *mut *mut c_void, size: usize) -> CudaError,
-        after => emit::alloc(api, MemType::Host, unsafe { out_ptr(p) }, size, flags::PINNED_HOST, 0, 0);
+        after => emit::alloc(API, MemType::Host, unsafe { out_ptr(p) }, size, flags::PINNED_HOST, 0, 0);
     cudaHostAlloc [Runtime, "cudaHostAlloc"] (p: *mut *mut c_void, size: usize, host_flags: c_uint) -> CudaError,
-        after => emit::alloc(api, MemType::Host, unsafe { out_ptr(p) }, size, flags::PINNED_HOST, 0, 0);
+        after => emit::alloc(API, MemType::Host, unsafe { out_ptr(p) }, size, flags::PINNED_HOST, 0, 0);
     cudaFreeHost [Runtime, "cudaFreeHost"] (p: *mut c_void) -> CudaError,
-        before => emit::free_before(api, p as usize, 0, 0);
+        before => emit::free_before(API, p as usize, 0, 0);
     cudaHostRegister [Runtime, "cudaHostRegister"] (p: *mut c_void, size: usize, host_flags: c_uint) -> CudaError,
-        after => emit::alloc(api, MemType::Host, p as usize, size, flags::PINNED_HOST | flags::REGISTERED, 0, 0);
+        after => emit::alloc(API, MemType::Host, p as usize, size, flags::PINNED_HOST | flags::REGISTERED, 0, 0);
     cudaHostUnregister [Runtime, "cudaHostUnregister"] (p: *mut c_void) -> CudaError,
-        before => emit::free_before(api, p as usize, 0, 0);
+        before => emit::free_before(API, p as usize, 0, 0);
     cudaDeviceReset [Runtime, "cudaDeviceReset"] () -> CudaError,
-        before => { let dev = super::super::driver::current_device(); emit::purge_before(api, |a| a.device == dev) };
+        before => { let dev = super::super::driver::current_device(); emit::purge_before(API, |a| a.device == dev) };
 
     // ---- entry-point lookup: every pointer handed out is mapped to its hook ------------------
     cuGetProcAddress [Resolution, "cuGetProcAddress"] (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, proc_flags: c_ulonglong) -> CUresult,
@@ -261,5 +261,8 @@ cuda_hooks! {
 
 /// The published original of a table symbol (0 when unknown).
 pub fn original_of(symbol: &str) -> usize {
-    HOOKS.iter().find(|h| h.symbol == symbol).map_or(0, |h| h.original.load(std::sync::atomic::Ordering::Acquire))
+    HOOKS
+        .iter()
+        .find(|h| h.symbol == symbol)
+        .map_or(0, |h| h.original.load(std::sync::atomic::Ordering::Acquire))
 }

@@ -45,6 +45,7 @@
 //! (`write.rs`).
 #![allow(unsafe_code)]
 
+mod global;
 mod latch;
 mod node;
 mod slab;
@@ -58,6 +59,9 @@ use core::ffi::CStr;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::events::{MemEvent, MemType};
+pub use global::{
+    attach, global, note_failed_free, note_unknown_free, stats, RegistryStats, PRIORITY,
+};
 use latch::Latch;
 use node::Root;
 use write::{Writer, Yield};

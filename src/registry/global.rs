@@ -1,0 +1,77 @@
+//! The process-wide registry and the subscriber that keeps it in step with the events.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use super::{Allocation, Registry};
+use crate::events::{self, mask, Callback, EventKind, MemEvent};
+use crate::Result;
+
+static GLOBAL: Registry = Registry::new();
+static ATTACHED: AtomicBool = AtomicBool::new(false);
+static UNKNOWN_FREES: AtomicU64 = AtomicU64::new(0);
+static FAILED_FREES: AtomicU64 = AtomicU64::new(0);
+
+/// The registry the CUDA hooks maintain.
+pub fn global() -> &'static Registry {
+    &GLOBAL
+}
+
+/// The registry runs before every other subscriber: on an alloc they can already look the range
+/// up; on a free the event itself carries the record's size and metadata.
+pub const PRIORITY: i32 = -1000;
+
+fn on_event(ev: &MemEvent, _context: usize) {
+    match ev.kind {
+        EventKind::Alloc => {
+            GLOBAL.insert(Allocation::from_event(ev));
+        }
+        EventKind::Free => {
+            if ev.size > 0 {
+                GLOBAL.remove(ev.address, ev.size);
+            }
+        }
+    }
+}
+
+/// Subscribe the registry (once).
+pub fn attach() -> Result<()> {
+    if ATTACHED.swap(true, Ordering::AcqRel) {
+        return Ok(());
+    }
+    if let Err(e) = events::subscribe(mask::ALL, PRIORITY, Callback::Rust(on_event), 0) {
+        ATTACHED.store(false, Ordering::Release);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// A free of a pointer the registry never saw (allocated before install).
+pub fn note_unknown_free() {
+    UNKNOWN_FREES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A free that was announced but then refused by the driver.
+pub fn note_failed_free() {
+    FAILED_FREES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counters for reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RegistryStats {
+    pub live: usize,
+    pub live_bytes: usize,
+    /// Inserts over a live range (a pool handed the address out again without a seen free).
+    pub missed_frees: u64,
+    pub unknown_frees: u64,
+    pub failed_frees: u64,
+}
+
+pub fn stats() -> RegistryStats {
+    RegistryStats {
+        live: GLOBAL.len(),
+        live_bytes: GLOBAL.live_bytes(),
+        missed_frees: GLOBAL.missed_frees(),
+        unknown_frees: UNKNOWN_FREES.load(Ordering::Relaxed),
+        failed_frees: FAILED_FREES.load(Ordering::Relaxed),
+    }
+}
