@@ -26,6 +26,7 @@ extern "C" {
 #define CUHOOK_ERR_BUSY               -7
 #define CUHOOK_ERR_INTERNAL           -8
 #define CUHOOK_ERR_NOT_FOUND          -9
+#define CUHOOK_ERR_IO                 -10
 
 /* A static, human-readable message for a status. Never NULL. */
 const char *cuhook_strerror(int status);

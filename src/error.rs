@@ -36,6 +36,8 @@ pub enum Error {
     /// An engine operation was requested while this thread is already inside one (from a hook
     /// or a library constructor run by the engine's own loader calls), or the engine stayed busy.
     Busy,
+    /// A file cuhook was asked to write (report, trace) could not be opened or written.
+    Io { what: &'static str, errno: i32 },
 }
 
 /// `Result` with cuhook's [`Error`].
@@ -72,6 +74,7 @@ impl fmt::Display for Error {
                 f,
                 "the patch engine is busy: another install/uninstall is running on this thread (called from a hook or constructor?)"
             ),
+            Error::Io { what, errno } => write!(f, "cannot {what}: {}", errno_text(*errno)),
             Error::NoSuchSubscriber => {
                 write!(f, "no subscriber is registered with that mask, callback and context")
             }

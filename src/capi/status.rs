@@ -24,6 +24,8 @@ pub const CUHOOK_ERR_BUSY: i32 = -7;
 pub const CUHOOK_ERR_INTERNAL: i32 = -8;
 /// The registry holds no allocation at that address.
 pub const CUHOOK_ERR_NOT_FOUND: i32 = -9;
+/// A file (report, trace) could not be opened or written.
+pub const CUHOOK_ERR_IO: i32 = -10;
 
 /// The C status of an error.
 pub fn status_of(e: &Error) -> i32 {
@@ -39,6 +41,7 @@ pub fn status_of(e: &Error) -> i32 {
         Error::CapacityExceeded { .. } => CUHOOK_ERR_CAPACITY,
         Error::NoSuchSubscriber => CUHOOK_ERR_NO_SUCH_SUBSCRIBER,
         Error::Busy => CUHOOK_ERR_BUSY,
+        Error::Io { .. } => CUHOOK_ERR_IO,
     }
 }
 
@@ -59,6 +62,7 @@ pub fn message_of(status: i32) -> &'static std::ffi::CStr {
         CUHOOK_ERR_BUSY => c"cuhook is busy (called re-entrantly from a hook or constructor)",
         CUHOOK_ERR_INTERNAL => c"internal error in cuhook (a bug; please report it)",
         CUHOOK_ERR_NOT_FOUND => c"no known allocation contains that address range",
+        CUHOOK_ERR_IO => c"a report or trace file could not be opened or written",
         _ => c"unknown cuhook status",
     }
 }

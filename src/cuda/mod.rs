@@ -8,7 +8,13 @@ mod emit;
 mod procaddress;
 mod table;
 
+pub use procaddress::LookupCounts;
 pub use table::{Group, HookInfo, HOOKS};
+
+/// Entry-point lookups (`cuGetProcAddress`, `cudaGetDriverEntryPoint`) seen so far.
+pub fn lookup_counts() -> LookupCounts {
+    procaddress::counts()
+}
 
 use crate::hooks::{self, Hook, HookSet, Installation};
 use crate::Result;

@@ -10,9 +10,25 @@
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static CALLS: AtomicU64 = AtomicU64::new(0);
+static MAPPED: AtomicU64 = AtomicU64::new(0);
+
+/// How many entry-point lookups were seen, and how many handed out a hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LookupCounts {
+    pub calls: u64,
+    pub mapped: u64,
+}
+
+pub fn counts() -> LookupCounts {
+    LookupCounts { calls: CALLS.load(Ordering::Relaxed), mapped: MAPPED.load(Ordering::Relaxed) }
+}
 
 /// Replace the function pointer the real lookup stored in `*pfn` by its hook, if it has one.
 pub fn map_output(pfn: *mut *mut c_void) {
+    CALLS.fetch_add(1, Ordering::Relaxed);
     if pfn.is_null() {
         return;
     }
@@ -20,7 +36,11 @@ pub fn map_output(pfn: *mut *mut c_void) {
     unsafe {
         let found = *pfn as usize;
         if found != 0 {
-            *pfn = crate::hooks::substitute(found) as *mut c_void;
+            let hook = crate::hooks::substitute(found);
+            if hook != found {
+                MAPPED.fetch_add(1, Ordering::Relaxed);
+            }
+            *pfn = hook as *mut c_void;
         }
     }
 }

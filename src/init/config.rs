@@ -1,0 +1,136 @@
+//! Configuration from the environment. A bad value never stops the process: it gets one
+//! warning line naming the variable and the accepted values, and the default is used.
+
+use std::ffi::OsString;
+
+use super::log::Level;
+
+/// Where the exit report goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReportTarget {
+    Stderr,
+    /// A file; `%p` in the path is replaced by the process id.
+    File(OsString),
+}
+
+/// Everything the environment can set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `CUHOOK_DISABLE=1`: do nothing at all.
+    pub disabled: bool,
+    /// `CUHOOK_LOG`.
+    pub log: Level,
+    /// `CUHOOK_REPORT=stderr|<path>`.
+    pub report: Option<ReportTarget>,
+    /// `CUHOOK_TRACE=<path>`: one JSON object per event.
+    pub trace: Option<OsString>,
+    /// `CUHOOK_EXCLUDE=<comma-separated object-name substrings>`.
+    pub exclude: Vec<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { disabled: false, log: Level::Warn, report: None, trace: None, exclude: Vec::new() }
+    }
+}
+
+/// One warning about a bad variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    pub variable: &'static str,
+    pub value: String,
+    pub accepted: &'static str,
+}
+
+impl Config {
+    /// Read the configuration through `get` (the environment, or a map in tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<OsString>) -> (Config, Vec<Warning>) {
+        let mut c = Config::default();
+        let mut warnings = Vec::new();
+        let text = |name: &str| get(name).map(|v| v.to_string_lossy().into_owned());
+        if let Some(v) = text("CUHOOK_DISABLE") {
+            match v.trim() {
+                "1" | "true" | "yes" | "on" => c.disabled = true,
+                "" | "0" | "false" | "no" | "off" => {}
+                _ => warnings.push(Warning { variable: "CUHOOK_DISABLE", value: v, accepted: "1|0|true|false|yes|no|on|off" }),
+            }
+        }
+        if let Some(v) = text("CUHOOK_LOG") {
+            match Level::parse(&v) {
+                Some(level) => c.log = level,
+                None => warnings.push(Warning { variable: "CUHOOK_LOG", value: v, accepted: Level::NAMES }),
+            }
+        }
+        if let Some(v) = get("CUHOOK_REPORT") {
+            match v.to_str().map(str::trim) {
+                Some("") => warnings.push(Warning { variable: "CUHOOK_REPORT", value: String::new(), accepted: "stderr|<path>" }),
+                Some("stderr") => c.report = Some(ReportTarget::Stderr),
+                _ => c.report = Some(ReportTarget::File(v)),
+            }
+        }
+        if let Some(v) = get("CUHOOK_TRACE") {
+            if v.is_empty() {
+                warnings.push(Warning { variable: "CUHOOK_TRACE", value: String::new(), accepted: "<path>" });
+            } else {
+                c.trace = Some(v);
+            }
+        }
+        if let Some(v) = text("CUHOOK_EXCLUDE") {
+            c.exclude = v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+        }
+        (c, warnings)
+    }
+
+    /// Read the process environment.
+    pub fn from_env() -> (Config, Vec<Warning>) {
+        Config::from_lookup(|name| std::env::var_os(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn read(pairs: &[(&str, &str)]) -> (Config, Vec<Warning>) {
+        let map: HashMap<String, OsString> = pairs.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_when_nothing_is_set() {
+        let (c, w) = read(&[]);
+        assert_eq!(c, Config::default());
+        assert!(w.is_empty());
+        assert_eq!(c.log, Level::Warn);
+    }
+
+    #[test]
+    fn every_variable_is_read() {
+        let (c, w) = read(&[
+            ("CUHOOK_DISABLE", "1"),
+            ("CUHOOK_LOG", "DEBUG"),
+            ("CUHOOK_REPORT", "/tmp/r-%p.txt"),
+            ("CUHOOK_TRACE", "/tmp/t.jsonl"),
+            ("CUHOOK_EXCLUDE", "libfoo, libbar,,"),
+        ]);
+        assert!(w.is_empty(), "{w:?}");
+        assert!(c.disabled);
+        assert_eq!(c.log, Level::Debug);
+        assert_eq!(c.report, Some(ReportTarget::File("/tmp/r-%p.txt".into())));
+        assert_eq!(c.trace, Some("/tmp/t.jsonl".into()));
+        assert_eq!(c.exclude, vec!["libfoo".to_owned(), "libbar".to_owned()]);
+        assert_eq!(read(&[("CUHOOK_REPORT", "stderr")]).0.report, Some(ReportTarget::Stderr));
+    }
+
+    #[test]
+    fn bad_values_warn_once_each_and_keep_defaults() {
+        let (c, w) = read(&[("CUHOOK_LOG", "loud"), ("CUHOOK_DISABLE", "maybe"), ("CUHOOK_REPORT", "")]);
+        assert_eq!(c.log, Level::Warn);
+        assert!(!c.disabled);
+        assert_eq!(c.report, None);
+        let vars: Vec<&str> = w.iter().map(|w| w.variable).collect();
+        assert_eq!(vars, ["CUHOOK_DISABLE", "CUHOOK_LOG", "CUHOOK_REPORT"]);
+        assert!(w[1].accepted.contains("debug"));
+    }
+}

@@ -1,0 +1,124 @@
+//! Diagnostics to stderr, written with `write(2)` from a stack buffer: usable in constructors
+//! before std is ready, at exit, and inside hooks (no allocation, no stdout lock).
+
+use std::fmt::{self, Write};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Severity, in increasing verbosity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Level {
+    Error = 1,
+    Warn = 2,
+    Info = 3,
+    Debug = 4,
+    Trace = 5,
+}
+
+impl Level {
+    pub const NAMES: &'static str = "error|warn|info|debug|trace";
+
+    pub fn parse(s: &str) -> Option<Level> {
+        Some(match s.trim().to_ascii_lowercase().as_str() {
+            "error" => Level::Error,
+            "warn" | "warning" => Level::Warn,
+            "info" => Level::Info,
+            "debug" => Level::Debug,
+            "trace" => Level::Trace,
+            _ => return None,
+        })
+    }
+
+    const fn name(self) -> &'static str {
+        match self {
+            Level::Error => "error",
+            Level::Warn => "warn",
+            Level::Info => "info",
+            Level::Debug => "debug",
+            Level::Trace => "trace",
+        }
+    }
+}
+
+static LEVEL: AtomicU8 = AtomicU8::new(Level::Warn as u8);
+
+/// Set the most verbose level that is printed.
+pub fn set_level(level: Level) {
+    LEVEL.store(level as u8, Ordering::Relaxed);
+}
+
+/// Whether messages of `level` are printed.
+pub fn enabled(level: Level) -> bool {
+    level as u8 <= LEVEL.load(Ordering::Relaxed)
+}
+
+/// A fixed buffer that formats without allocating; overlong text is cut.
+pub struct StackBuf<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> StackBuf<N> {
+    pub const fn new() -> Self {
+        StackBuf { buf: [0; N], len: 0 }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+}
+
+impl<const N: usize> Default for StackBuf<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> Write for StackBuf<N> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let n = s.len().min(N - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+/// Write all of `bytes` to a file descriptor, retrying on EINTR and short writes.
+pub fn write_fd(fd: i32, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: `bytes` is a valid readable slice for its length.
+        #[allow(unsafe_code)]
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return;
+        }
+        bytes = &bytes[n as usize..];
+    }
+}
+
+/// Print one line `cuhook[pid] level: message` to stderr if `level` is enabled.
+pub fn log(level: Level, args: fmt::Arguments<'_>) {
+    if !enabled(level) {
+        return;
+    }
+    let mut line = StackBuf::<1024>::new();
+    let _ = write!(line, "cuhook[{}] {}: ", std::process::id(), level.name());
+    let _ = line.write_fmt(args);
+    let _ = line.write_char('\n');
+    write_fd(2, line.as_bytes());
+}
+
+/// `log!(Level::Warn, "format", args…)`.
+#[macro_export]
+macro_rules! log {
+    ($level:expr, $($arg:tt)*) => {
+        $crate::init::log::log($level, format_args!($($arg)*))
+    };
+}
