@@ -7,16 +7,9 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
     /// A loaded object's dynamic section or tables could not be read.
-    BadObject {
-        object: String,
-        reason: &'static str,
-    },
+    BadObject { object: String, reason: &'static str },
     /// Changing the protection of the page that holds a GOT slot failed.
-    Protect {
-        object: String,
-        address: usize,
-        errno: i32,
-    },
+    Protect { object: String, address: usize, errno: i32 },
     /// A slot sits on a page that is executable; making it writable would create a W+X mapping.
     ExecutableSlotPage { object: String, address: usize },
     /// The protection of a slot's page could not be read from the kernel's map of the process.
@@ -75,8 +68,5 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 fn errno_text(errno: i32) -> String {
-    format!(
-        "{} (errno {errno})",
-        std::io::Error::from_raw_os_error(errno)
-    )
+    format!("{} (errno {errno})", std::io::Error::from_raw_os_error(errno))
 }
