@@ -83,6 +83,11 @@ fn best(runs: usize, mut f: impl FnMut() -> f64) -> f64 {
 fn main() {
     let quick = std::env::args().any(|a| a == "quick");
     let scale = if quick { 1 } else { 4 };
+    println!(
+        "machine: dependent random load {:.0} ns over 256 KiB, {:.0} ns over 64 MiB",
+        chase(256 << 10),
+        chase(64 << 20)
+    );
     println!("registry benchmark (ns/op, best of 3)");
     println!(
         "{:>9} {:>10} {:>10} {:>12} {:>12} {:>14}",
@@ -106,6 +111,31 @@ fn main() {
         let pair = best(3, || insert_remove(&reg, n, 200_000 * scale));
         println!("{n:>9} {hot1:>10.1} {uni1:>10.1} {hot2:>12.1} {uni2:>12.1} {pair:>14.1}");
     }
+}
+
+/// ns per dependent load when chasing a random cycle through `bytes` of memory: the floor under
+/// any lookup that has to touch that much memory.
+fn chase(bytes: usize) -> f64 {
+    let n = bytes / 8;
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut rng = Rng(7);
+    for i in (1..n).rev() {
+        order.swap(i, rng.below(i + 1));
+    }
+    let mut next = vec![0usize; n];
+    for i in 0..n {
+        next[order[i]] = order[(i + 1) % n];
+    }
+    best(3, || {
+        let steps = 2_000_000;
+        let mut p = 0;
+        let t = Instant::now();
+        for _ in 0..steps {
+            p = next[black_box(p)];
+        }
+        black_box(p);
+        t.elapsed().as_nanos() as f64 / steps as f64
+    })
 }
 
 /// Per-thread ns per lookup with two threads looking up at once (hot, uniform).

@@ -217,8 +217,8 @@ impl Registry {
             .latch
             .read(|copy| tree::floor(&read.roots[copy], ptr).map(|(k, r)| (k, r.load())))?;
         // Validated: `(start, raw)` is one entry of a complete copy, so `raw.size >= 1` and
-        // `start <= ptr <= last`.
-        if last - start > raw.size.wrapping_sub(1) {
+        // `start <= ptr <= last`. (Wrapping ops anyway: nothing on this path may panic.)
+        if last.wrapping_sub(start) > raw.size.wrapping_sub(1) {
             return None;
         }
         // SAFETY: the latch read returned, so the copy was consistent (module doc, Safety).
