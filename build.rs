@@ -260,6 +260,8 @@ fn main() {
     fake_cuda(&gcc);
     coverage_fixtures(&gcc);
     println!("cargo:rustc-env=CUHOOK_FIXTURES_DIR={}", out.display());
+    // Hooks point into libcuhook.so: it must never be unloaded while any slot does.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
     for dir in ["fixtures", "include"] {
         rerun_tree(&manifest.join(dir));
     }

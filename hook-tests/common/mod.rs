@@ -91,12 +91,15 @@ impl Run {
     }
 }
 
-/// Run a fixture program with libcuhook.so available to it.
+/// Run a fixture program with libcuhook.so available to it (`$CUHOOK_LIB`). The fixtures drive
+/// cuhook through its API, so its constructor's auto-install is switched off
+/// (`CUHOOK_DISABLE=1`) unless `env` says otherwise.
 pub fn run_fixture(program: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
     let path = fixtures_dir().join(program);
     let mut cmd = Command::new(&path);
     cmd.args(args)
         .env("CUHOOK_LIB", libcuhook())
+        .env("CUHOOK_DISABLE", "1")
         .current_dir(fixtures_dir());
     for (k, v) in env {
         cmd.env(k, v);

@@ -6,7 +6,6 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::status::{ffi_call, CUHOOK_OK};
 use crate::events::{self, Callback, EventKind, MemEvent};
@@ -54,22 +53,8 @@ pub struct CMemInfo {
 /// `cuhook_event_callback_t`.
 pub type CCallback = unsafe extern "C" fn(event: c_int, ev: *const CMemEvent, arg: *mut c_void);
 
-/// The id of the CUDA installation made through the C API (0: none).
-static INSTALLED: AtomicU64 = AtomicU64::new(0);
-
 fn install_once() -> Result<()> {
-    if INSTALLED.load(Ordering::Acquire) != 0 {
-        return Ok(());
-    }
-    let id = crate::cuda::install()?.leak();
-    if INSTALLED
-        .compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        // Another thread won: drop our extra reference.
-        crate::hooks::uninstall_id(id)?;
-    }
-    Ok(())
+    crate::cuda::install_global()
 }
 
 /// Install the CUDA hooks and the registry. Idempotent.
@@ -81,13 +66,7 @@ pub extern "C" fn cuhook_install() -> c_int {
 /// Restore every slot the CUDA hooks patched.
 #[no_mangle]
 pub extern "C" fn cuhook_uninstall() -> c_int {
-    ffi_call(|| {
-        let id = INSTALLED.swap(0, Ordering::AcqRel);
-        if id == 0 {
-            return Err(Error::NotInstalled);
-        }
-        crate::hooks::uninstall_id(id).map(|_| CUHOOK_OK)
-    })
+    ffi_call(|| crate::cuda::uninstall_global().map(|_| CUHOOK_OK))
 }
 
 fn c_event(ev: &MemEvent) -> CMemEvent {

@@ -37,3 +37,28 @@ pub fn install() -> Result<Installation> {
     crate::registry::attach()?;
     hooks::install(&hook_set()?)
 }
+
+/// The process-wide installation made by the constructor or the C API (0: none).
+static GLOBAL_INSTALL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Install once for the whole process (idempotent); what `cuhook_install()` does.
+pub fn install_global() -> Result<()> {
+    use std::sync::atomic::Ordering;
+    if GLOBAL_INSTALL.load(Ordering::Acquire) != 0 {
+        return Ok(());
+    }
+    let id = install()?.leak();
+    if GLOBAL_INSTALL.compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        hooks::uninstall_id(id)?;
+    }
+    Ok(())
+}
+
+/// Undo [`install_global`]; `Err(NotInstalled)` when nothing is installed.
+pub fn uninstall_global() -> Result<hooks::UninstallReport> {
+    let id = GLOBAL_INSTALL.swap(0, std::sync::atomic::Ordering::AcqRel);
+    if id == 0 {
+        return Err(crate::Error::NotInstalled);
+    }
+    hooks::uninstall_id(id)
+}

@@ -1,0 +1,120 @@
+//! Start-up: the constructor that installs cuhook when `libcuhook.so` is loaded (LD_PRELOAD, or
+//! a host library's dependency), the environment configuration, and logging.
+//!
+//! The constructor must be harmless in every process it lands in (LD_PRELOAD is inherited by
+//! compilers, package managers, `nvidia-smi`…): it loads no CUDA library, starts no thread and
+//! prints nothing unless asked. It does nothing at all in a secure-execution process
+//! (`AT_SECURE`), with `CUHOOK_DISABLE=1`, or when cuhook is linked into a program as a Rust
+//! library (then the program calls [`crate::cuda::install`] itself).
+
+pub mod config;
+pub mod log;
+
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub use config::{Config, ReportTarget, Warning};
+pub use log::Level;
+
+use crate::report;
+use crate::Result;
+
+static STARTED: AtomicBool = AtomicBool::new(false);
+static REPORT: spin::Mutex<Option<ReportTarget>> = spin::Mutex::new(None);
+
+/// Runs when the object containing cuhook is loaded.
+// SAFETY: `.init_array` holds pointers to `extern "C" fn()` run by the loader at load time; this
+// entry is exactly such a pointer, and the function catches every panic.
+#[allow(unsafe_code)]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static CONSTRUCTOR: extern "C" fn() = constructor;
+
+extern "C" fn constructor() {
+    let _ = std::panic::catch_unwind(|| {
+        if secure_execution() || !loaded_as_libcuhook() {
+            return;
+        }
+        let (config, warnings) = Config::from_env();
+        log::set_level(config.log);
+        for w in &warnings {
+            crate::log!(Level::Warn, "{}={:?} is not valid (accepted: {}); using the default", w.variable, w.value, w.accepted);
+        }
+        if config.disabled {
+            crate::log!(Level::Info, "CUHOOK_DISABLE is set: not installing");
+            return;
+        }
+        if let Err(e) = start(&config) {
+            crate::log!(Level::Error, "could not install: {e}");
+        }
+    });
+}
+
+fn secure_execution() -> bool {
+    // SAFETY: getauxval has no preconditions.
+    #[allow(unsafe_code)]
+    let secure = unsafe { libc::getauxval(libc::AT_SECURE) };
+    secure != 0
+}
+
+/// Whether our code lives in a shared object named `libcuhook*.so` (not in a program or a host
+/// library that links cuhook statically and decides for itself).
+fn loaded_as_libcuhook() -> bool {
+    let mut info: libc::Dl_info = libc::Dl_info { dli_fname: std::ptr::null(), dli_fbase: std::ptr::null_mut(), dli_sname: std::ptr::null(), dli_saddr: std::ptr::null_mut() };
+    // SAFETY: dladdr fills `info` for an address of our own code.
+    #[allow(unsafe_code)]
+    let ok = unsafe { libc::dladdr(constructor as *const () as *const libc::c_void, &mut info) } != 0;
+    if !ok || info.dli_fname.is_null() {
+        return false;
+    }
+    // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
+    #[allow(unsafe_code)]
+    let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
+    let file = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+    file.starts_with(b"libcuhook") && memchr::memmem::find(file, b".so").is_some()
+}
+
+/// Apply a configuration: exclude list, report, trace, then install the CUDA hooks and the
+/// registry. What the constructor does; host libraries that embed cuhook may call it from their
+/// own constructor with [`Config::from_env`]. Only the first call has an effect.
+pub fn start(config: &Config) -> Result<()> {
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return Ok(());
+    }
+    crate::hooks::set_exclude_list(config.exclude.iter().cloned());
+    if let Some(target) = &config.report {
+        report::enable_stats()?;
+        *REPORT.lock() = Some(target.clone());
+        // SAFETY: registering a plain extern "C" function; glibc runs it at exit (or when this
+        // object is unloaded, which `-z nodelete` prevents).
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::atexit(write_report_at_exit)
+        };
+    }
+    if let Some(path) = &config.trace {
+        if let Err(e) = report::enable_trace(path) {
+            crate::log!(Level::Warn, "CUHOOK_TRACE={:?}: {e}; tracing is off", path);
+        }
+    }
+    crate::cuda::install_global()?;
+    crate::log!(Level::Info, "installed: {} slots patched", crate::hooks::patched_slots().len());
+    Ok(())
+}
+
+extern "C" fn write_report_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let target = REPORT.lock().clone();
+        let Some(target) = target else { return };
+        let text = report::render();
+        match target {
+            ReportTarget::Stderr => log::write_fd(2, text.as_bytes()),
+            ReportTarget::File(path) => {
+                let path = report::expand_pid(&path);
+                if let Err(e) = std::fs::write(&path, text.as_bytes()) {
+                    crate::log!(Level::Error, "cannot write the report to {}: {e}", path.to_string_lossy());
+                }
+            }
+        }
+    });
+}
