@@ -236,6 +236,14 @@ fn coverage_fixtures(gcc: &Gcc) {
     );
 }
 
+/// The programs `cuhook demo` runs.
+fn demo_fixtures(gcc: &Gcc) {
+    let demo = "../demo/demo.c";
+    gcc.app("demo_rt_static", &[demo], &["-fPIE", "-pie"], &["libcudart_static.a"]);
+    gcc.app("demo_rt_shared", &[demo], &["-fPIE", "-pie"], &["-l:libcudart.so.13"]);
+    gcc.app("demo_driver", &[demo], &["-fPIE", "-pie", "-DDEMO_DRIVER"], &["-l:libcuda.so.1"]);
+}
+
 fn main() {
     let manifest =
         PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -259,6 +267,7 @@ fn main() {
     dl_fixtures(&gcc);
     fake_cuda(&gcc);
     coverage_fixtures(&gcc);
+    demo_fixtures(&gcc);
     println!("cargo:rustc-env=CUHOOK_FIXTURES_DIR={}", out.display());
     // Hooks point into libcuhook.so: it must never be unloaded while any slot does.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
