@@ -239,9 +239,24 @@ fn coverage_fixtures(gcc: &Gcc) {
 /// The programs `cuhook demo` runs.
 fn demo_fixtures(gcc: &Gcc) {
     let demo = "../demo/demo.c";
-    gcc.app("demo_rt_static", &[demo], &["-fPIE", "-pie"], &["libcudart_static.a"]);
-    gcc.app("demo_rt_shared", &[demo], &["-fPIE", "-pie"], &["-l:libcudart.so.13"]);
-    gcc.app("demo_driver", &[demo], &["-fPIE", "-pie", "-DDEMO_DRIVER"], &["-l:libcuda.so.1"]);
+    gcc.app(
+        "demo_rt_static",
+        &[demo],
+        &["-fPIE", "-pie"],
+        &["libcudart_static.a"],
+    );
+    gcc.app(
+        "demo_rt_shared",
+        &[demo],
+        &["-fPIE", "-pie"],
+        &["-l:libcudart.so.13"],
+    );
+    gcc.app(
+        "demo_driver",
+        &[demo],
+        &["-fPIE", "-pie", "-DDEMO_DRIVER"],
+        &["-l:libcuda.so.1"],
+    );
 }
 
 fn main() {

@@ -9,7 +9,9 @@ use std::process::{Command, Output};
 
 fn cuhook(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cuhook"));
-    cmd.args(args).env_remove("CUHOOK_DISABLE").env_remove("LD_PRELOAD");
+    cmd.args(args)
+        .env_remove("CUHOOK_DISABLE")
+        .env_remove("LD_PRELOAD");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -30,8 +32,14 @@ fn text(b: &[u8]) -> String {
 
 /// The report line of one API: (allocs, alloc bytes, frees, free bytes).
 fn api_row(report: &str, api: &str) -> Option<(u64, u64, u64, u64)> {
-    let line = report.lines().find(|l| l.split_whitespace().next() == Some(api))?;
-    let n: Vec<u64> = line.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
+    let line = report
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(api))?;
+    let n: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
     (n.len() == 4).then(|| (n[0], n[1], n[2], n[3]))
 }
 
@@ -40,7 +48,15 @@ fn run_reports_and_traces_a_static_runtime_program() {
     let (report, trace) = (temp("report.txt"), temp("trace.jsonl"));
     let _ = std::fs::remove_file(&trace);
     let out = cuhook(
-        &["run", "--report", report.to_str().unwrap(), "--trace", trace.to_str().unwrap(), "--", &fixture("demo_rt_static")],
+        &[
+            "run",
+            "--report",
+            report.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+            "--",
+            &fixture("demo_rt_static"),
+        ],
         &[],
     );
     let stderr = text(&out.stderr);
@@ -49,22 +65,64 @@ fn run_reports_and_traces_a_static_runtime_program() {
     let written = std::fs::read_to_string(&report).expect("--report file written");
     assert!(stderr.contains(&written), "the report is printed too");
     // demo.c: cudaMalloc 32 MiB, cudaMallocAsync 2 MiB twice (one freed), managed 1 MiB, host 64 KiB.
-    assert_eq!(api_row(&written, "cuMemAlloc_v2"), Some((1, 32 << 20, 0, 0)), "{written}");
-    assert_eq!(api_row(&written, "cuMemAllocAsync"), Some((2, 4 << 20, 0, 0)), "{written}");
-    assert_eq!(api_row(&written, "cuMemFreeAsync"), Some((0, 0, 1, 2 << 20)), "{written}");
-    assert_eq!(api_row(&written, "cuMemFree_v2"), Some((0, 0, 2, (32 << 20) + (1 << 20))), "{written}");
-    assert!(written.contains("Live allocations at exit: 1 (2.0 MiB)"), "{written}");
+    assert_eq!(
+        api_row(&written, "cuMemAlloc_v2"),
+        Some((1, 32 << 20, 0, 0)),
+        "{written}"
+    );
+    assert_eq!(
+        api_row(&written, "cuMemAllocAsync"),
+        Some((2, 4 << 20, 0, 0)),
+        "{written}"
+    );
+    assert_eq!(
+        api_row(&written, "cuMemFreeAsync"),
+        Some((0, 0, 1, 2 << 20)),
+        "{written}"
+    );
+    assert_eq!(
+        api_row(&written, "cuMemFree_v2"),
+        Some((0, 0, 2, (32 << 20) + (1 << 20))),
+        "{written}"
+    );
+    assert!(
+        written.contains("Live allocations at exit: 1 (2.0 MiB)"),
+        "{written}"
+    );
     assert!(written.contains("Coverage warnings: 0"), "{written}");
-    let lines: Vec<String> = std::fs::read_to_string(&trace).expect("trace written").lines().map(str::to_owned).collect();
+    let lines: Vec<String> = std::fs::read_to_string(&trace)
+        .expect("trace written")
+        .lines()
+        .map(str::to_owned)
+        .collect();
     assert_eq!(lines.len(), 9, "{lines:#?}");
     for l in &lines {
         assert!(l.starts_with('{') && l.ends_with('}'), "{l}");
-        for key in ["\"event\":", "\"api\":", "\"address\":\"0x", "\"size\":", "\"mem_type\":", "\"device\":", "\"flags\":", "\"tid\":"] {
+        for key in [
+            "\"event\":",
+            "\"api\":",
+            "\"address\":\"0x",
+            "\"size\":",
+            "\"mem_type\":",
+            "\"device\":",
+            "\"flags\":",
+            "\"tid\":",
+        ] {
             assert!(l.contains(key), "{key} missing in {l}");
         }
     }
-    assert!(lines[0].contains("\"event\":\"alloc\"") && lines[0].contains("\"size\":33554432") && lines[0].contains("\"mem_type\":\"cuda\""));
-    assert_eq!(lines.iter().filter(|l| l.contains("\"event\":\"free\"")).count(), 4);
+    assert!(
+        lines[0].contains("\"event\":\"alloc\"")
+            && lines[0].contains("\"size\":33554432")
+            && lines[0].contains("\"mem_type\":\"cuda\"")
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("\"event\":\"free\""))
+            .count(),
+        4
+    );
     let _ = std::fs::remove_file(&report);
     let _ = std::fs::remove_file(&trace);
 }
@@ -84,11 +142,30 @@ fn run_passes_the_exit_status_through() {
 fn bad_environment_values_warn_and_keep_working() {
     let trace = temp("bad-env.jsonl");
     let _ = std::fs::remove_file(&trace);
-    let out = cuhook(&["run", "--trace", trace.to_str().unwrap(), "--", &fixture("demo_driver")], &[("CUHOOK_LOG", "loud")]);
+    let out = cuhook(
+        &[
+            "run",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--",
+            &fixture("demo_driver"),
+        ],
+        &[("CUHOOK_LOG", "loud")],
+    );
     assert_eq!(out.status.code(), Some(0));
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("CUHOOK_LOG=\"loud\" is not valid (accepted: error|warn|info|debug|trace)"), "{stderr}");
-    assert!(std::fs::read_to_string(&trace).unwrap_or_default().lines().count() >= 10, "hooks still installed");
+    assert!(
+        stderr.contains("CUHOOK_LOG=\"loud\" is not valid (accepted: error|warn|info|debug|trace)"),
+        "{stderr}"
+    );
+    assert!(
+        std::fs::read_to_string(&trace)
+            .unwrap_or_default()
+            .lines()
+            .count()
+            >= 10,
+        "hooks still installed"
+    );
     let _ = std::fs::remove_file(&trace);
 }
 
@@ -96,7 +173,16 @@ fn bad_environment_values_warn_and_keep_working() {
 fn disable_switch_installs_nothing() {
     let trace = temp("disabled.jsonl");
     let _ = std::fs::remove_file(&trace);
-    let out = cuhook(&["run", "--trace", trace.to_str().unwrap(), "--", &fixture("demo_driver")], &[("CUHOOK_DISABLE", "1")]);
+    let out = cuhook(
+        &[
+            "run",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--",
+            &fixture("demo_driver"),
+        ],
+        &[("CUHOOK_DISABLE", "1")],
+    );
     assert_eq!(out.status.code(), Some(0));
     assert!(!trace.exists() || std::fs::read_to_string(&trace).unwrap().is_empty());
     assert!(text(&out.stderr).contains("left no report"));
@@ -105,7 +191,12 @@ fn disable_switch_installs_nothing() {
 #[test]
 fn preloaded_into_a_program_without_cuda_it_stays_quiet() {
     let lib = common::libcuhook();
-    let out = Command::new("sh").args(["-c", "echo hello"]).env("LD_PRELOAD", &lib).env_remove("CUHOOK_DISABLE").output().unwrap();
+    let out = Command::new("sh")
+        .args(["-c", "echo hello"])
+        .env("LD_PRELOAD", &lib)
+        .env_remove("CUHOOK_DISABLE")
+        .output()
+        .unwrap();
     assert_eq!(text(&out.stdout), "hello\n");
     assert_eq!(text(&out.stderr), "", "no output unless asked");
 }
@@ -115,15 +206,29 @@ fn symbols_lists_the_hook_table() {
     let out = cuhook(&["symbols"], &[]);
     assert_eq!(out.status.code(), Some(0));
     let s = text(&out.stdout);
-    for sym in ["cuMemAllocAsync_ptsz", "cudaMallocFromPoolAsync", "cuMemMap", "cuGetProcAddress_v2", "cuDevicePrimaryCtxReset"] {
+    for sym in [
+        "cuMemAllocAsync_ptsz",
+        "cudaMallocFromPoolAsync",
+        "cuMemMap",
+        "cuGetProcAddress_v2",
+        "cuDevicePrimaryCtxReset",
+    ] {
         assert!(s.lines().any(|l| l.starts_with(sym)), "{sym} missing:\n{s}");
     }
-    assert_eq!(s.lines().filter(|l| l.starts_with("cu")).count(), cuhook::cuda::HOOKS.len());
+    assert_eq!(
+        s.lines().filter(|l| l.starts_with("cu")).count(),
+        cuhook::cuda::HOOKS.len()
+    );
 }
 
 #[test]
 fn help_and_usage_errors() {
-    for args in [&["--help"][..], &["run", "--help"], &["demo", "--help"], &["symbols", "--help"]] {
+    for args in [
+        &["--help"][..],
+        &["run", "--help"],
+        &["demo", "--help"],
+        &["symbols", "--help"],
+    ] {
         let out = cuhook(args, &[]);
         assert_eq!(out.status.code(), Some(0), "{args:?}");
         assert!(text(&out.stdout).contains("Usage"), "{args:?}");
@@ -142,5 +247,8 @@ fn demo_shows_trace_and_reports() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let s = text(&out.stdout);
     assert_eq!(s.matches("==== cuhook report").count(), 3, "{s}");
-    assert!(s.contains("cuMemAllocAsync_ptsz") && s.contains("cudaMallocAsync") && s.contains("vmm"), "{s}");
+    assert!(
+        s.contains("cuMemAllocAsync_ptsz") && s.contains("cudaMallocAsync") && s.contains("vmm"),
+        "{s}"
+    );
 }

@@ -8,6 +8,7 @@
 //! classification, [`report`] and [`init`] are what users see, [`capi`] is the C surface.
 #![deny(unsafe_code)]
 
+mod api;
 pub mod capi;
 pub mod cuda;
 pub mod elf;
@@ -19,4 +20,7 @@ pub mod patch;
 pub mod registry;
 pub mod report;
 
+pub use api::{
+    hook_table, install, lookup, lookup_span, subscribe, subscribe_with_existing, Subscription,
+};
 pub use error::{Error, Result};

@@ -8,7 +8,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use super::status::{ffi_call, CUHOOK_OK};
-use crate::events::{self, Callback, EventKind, MemEvent};
+use crate::events::{self, Callback, MemEvent};
 use crate::registry::{self, Allocation};
 use crate::{Error, Result};
 
@@ -204,18 +204,4 @@ pub unsafe extern "C" fn cuhook_lookup(
             None => Ok(super::status::CUHOOK_ERR_NOT_FOUND),
         }
     })
-}
-
-impl Allocation {
-    /// This allocation as an alloc event (for replays).
-    pub fn to_event(&self) -> MemEvent {
-        let mut ev = MemEvent::new(EventKind::Alloc, self.start, self.size, self.api);
-        ev.mem_type = self.mem_type;
-        ev.device = self.device;
-        ev.flags = self.flags;
-        ev.stream = self.stream;
-        ev.pool = self.pool;
-        ev.context = self.context;
-        ev
-    }
 }

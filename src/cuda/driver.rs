@@ -87,6 +87,37 @@ pub fn current_context() -> CUcontext {
     }
 }
 
+thread_local! {
+    /// The last (context, device, generation) this thread asked the driver about: a context's
+    /// device never changes, so an allocation in the same context needs no driver call.
+    static DEVICE_OF_CONTEXT: std::cell::Cell<(usize, c_int, u64)> = const { std::cell::Cell::new((0, -1, 0)) };
+}
+
+/// Bumped when a context is destroyed or reset: its handle may be reused for another device.
+static CONTEXT_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Forget every thread's cached context → device pairs.
+pub fn contexts_changed() {
+    CONTEXT_GENERATION.fetch_add(1, Ordering::AcqRel);
+}
+
+/// The device of context `ctx` (the current one), cached per thread.
+pub fn device_of(ctx: CUcontext) -> c_int {
+    let key = ctx as usize;
+    let generation = CONTEXT_GENERATION.load(Ordering::Acquire);
+    if key != 0 {
+        let (cached_ctx, dev, cached_gen) = DEVICE_OF_CONTEXT.with(|c| c.get());
+        if cached_ctx == key && cached_gen == generation {
+            return dev;
+        }
+    }
+    let dev = current_device();
+    if key != 0 && dev >= 0 {
+        DEVICE_OF_CONTEXT.with(|c| c.set((key, dev, generation)));
+    }
+    dev
+}
+
 /// The device of the calling thread's current context, or -1.
 pub fn current_device() -> c_int {
     let f = CU_CTX_GET_DEVICE.get();

@@ -46,8 +46,9 @@ pub fn alloc(
     ev.flags = extra_flags;
     ev.stream = stream;
     ev.pool = pool;
-    ev.context = driver::current_context() as usize;
-    ev.device = driver::current_device();
+    let ctx = driver::current_context();
+    ev.context = ctx as usize;
+    ev.device = driver::device_of(ctx);
     events::dispatch(&ev);
 }
 
@@ -121,6 +122,7 @@ fn free_event(
 /// Teardown: announce a free for every range matching `pred` (VMM mappings survive context
 /// teardown and are never purged).
 pub fn purge_before(api: &'static CStr, pred: impl Fn(&Allocation) -> bool) -> Pending {
+    driver::contexts_changed();
     let mut doomed = Vec::new();
     registry::global().for_each(|a| {
         if a.flags & flags::VMM == 0 && pred(&a) {

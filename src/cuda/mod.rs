@@ -48,7 +48,10 @@ pub fn install_global() -> Result<()> {
         return Ok(());
     }
     let id = install()?.leak();
-    if GLOBAL_INSTALL.compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire).is_err() {
+    if GLOBAL_INSTALL
+        .compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
         hooks::uninstall_id(id)?;
     }
     Ok(())

@@ -23,7 +23,10 @@ pub struct LookupCounts {
 }
 
 pub fn counts() -> LookupCounts {
-    LookupCounts { calls: CALLS.load(Ordering::Relaxed), mapped: MAPPED.load(Ordering::Relaxed) }
+    LookupCounts {
+        calls: CALLS.load(Ordering::Relaxed),
+        mapped: MAPPED.load(Ordering::Relaxed),
+    }
 }
 
 /// Replace the function pointer the real lookup stored in `*pfn` by its hook, if it has one.

@@ -30,7 +30,13 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { disabled: false, log: Level::Warn, report: None, trace: None, exclude: Vec::new() }
+        Config {
+            disabled: false,
+            log: Level::Warn,
+            report: None,
+            trace: None,
+            exclude: Vec::new(),
+        }
     }
 }
 
@@ -52,31 +58,52 @@ impl Config {
             match v.trim() {
                 "1" | "true" | "yes" | "on" => c.disabled = true,
                 "" | "0" | "false" | "no" | "off" => {}
-                _ => warnings.push(Warning { variable: "CUHOOK_DISABLE", value: v, accepted: "1|0|true|false|yes|no|on|off" }),
+                _ => warnings.push(Warning {
+                    variable: "CUHOOK_DISABLE",
+                    value: v,
+                    accepted: "1|0|true|false|yes|no|on|off",
+                }),
             }
         }
         if let Some(v) = text("CUHOOK_LOG") {
             match Level::parse(&v) {
                 Some(level) => c.log = level,
-                None => warnings.push(Warning { variable: "CUHOOK_LOG", value: v, accepted: Level::NAMES }),
+                None => warnings.push(Warning {
+                    variable: "CUHOOK_LOG",
+                    value: v,
+                    accepted: Level::NAMES,
+                }),
             }
         }
         if let Some(v) = get("CUHOOK_REPORT") {
             match v.to_str().map(str::trim) {
-                Some("") => warnings.push(Warning { variable: "CUHOOK_REPORT", value: String::new(), accepted: "stderr|<path>" }),
+                Some("") => warnings.push(Warning {
+                    variable: "CUHOOK_REPORT",
+                    value: String::new(),
+                    accepted: "stderr|<path>",
+                }),
                 Some("stderr") => c.report = Some(ReportTarget::Stderr),
                 _ => c.report = Some(ReportTarget::File(v)),
             }
         }
         if let Some(v) = get("CUHOOK_TRACE") {
             if v.is_empty() {
-                warnings.push(Warning { variable: "CUHOOK_TRACE", value: String::new(), accepted: "<path>" });
+                warnings.push(Warning {
+                    variable: "CUHOOK_TRACE",
+                    value: String::new(),
+                    accepted: "<path>",
+                });
             } else {
                 c.trace = Some(v);
             }
         }
         if let Some(v) = text("CUHOOK_EXCLUDE") {
-            c.exclude = v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+            c.exclude = v
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect();
         }
         (c, warnings)
     }
@@ -93,7 +120,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn read(pairs: &[(&str, &str)]) -> (Config, Vec<Warning>) {
-        let map: HashMap<String, OsString> = pairs.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
+        let map: HashMap<String, OsString> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
         Config::from_lookup(|k| map.get(k).cloned())
     }
 
@@ -120,12 +150,19 @@ mod tests {
         assert_eq!(c.report, Some(ReportTarget::File("/tmp/r-%p.txt".into())));
         assert_eq!(c.trace, Some("/tmp/t.jsonl".into()));
         assert_eq!(c.exclude, vec!["libfoo".to_owned(), "libbar".to_owned()]);
-        assert_eq!(read(&[("CUHOOK_REPORT", "stderr")]).0.report, Some(ReportTarget::Stderr));
+        assert_eq!(
+            read(&[("CUHOOK_REPORT", "stderr")]).0.report,
+            Some(ReportTarget::Stderr)
+        );
     }
 
     #[test]
     fn bad_values_warn_once_each_and_keep_defaults() {
-        let (c, w) = read(&[("CUHOOK_LOG", "loud"), ("CUHOOK_DISABLE", "maybe"), ("CUHOOK_REPORT", "")]);
+        let (c, w) = read(&[
+            ("CUHOOK_LOG", "loud"),
+            ("CUHOOK_DISABLE", "maybe"),
+            ("CUHOOK_REPORT", ""),
+        ]);
         assert_eq!(c.log, Level::Warn);
         assert!(!c.disabled);
         assert_eq!(c.report, None);

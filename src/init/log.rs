@@ -60,7 +60,10 @@ pub struct StackBuf<const N: usize> {
 
 impl<const N: usize> StackBuf<N> {
     pub const fn new() -> Self {
-        StackBuf { buf: [0; N], len: 0 }
+        StackBuf {
+            buf: [0; N],
+            len: 0,
+        }
     }
 
     pub fn as_bytes(&self) -> &[u8] {

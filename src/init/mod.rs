@@ -38,7 +38,13 @@ extern "C" fn constructor() {
         let (config, warnings) = Config::from_env();
         log::set_level(config.log);
         for w in &warnings {
-            crate::log!(Level::Warn, "{}={:?} is not valid (accepted: {}); using the default", w.variable, w.value, w.accepted);
+            crate::log!(
+                Level::Warn,
+                "{}={:?} is not valid (accepted: {}); using the default",
+                w.variable,
+                w.value,
+                w.accepted
+            );
         }
         if config.disabled {
             crate::log!(Level::Info, "CUHOOK_DISABLE is set: not installing");
@@ -60,10 +66,16 @@ fn secure_execution() -> bool {
 /// Whether our code lives in a shared object named `libcuhook*.so` (not in a program or a host
 /// library that links cuhook statically and decides for itself).
 fn loaded_as_libcuhook() -> bool {
-    let mut info: libc::Dl_info = libc::Dl_info { dli_fname: std::ptr::null(), dli_fbase: std::ptr::null_mut(), dli_sname: std::ptr::null(), dli_saddr: std::ptr::null_mut() };
+    let mut info: libc::Dl_info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
     // SAFETY: dladdr fills `info` for an address of our own code.
     #[allow(unsafe_code)]
-    let ok = unsafe { libc::dladdr(constructor as *const () as *const libc::c_void, &mut info) } != 0;
+    let ok =
+        unsafe { libc::dladdr(constructor as *const () as *const libc::c_void, &mut info) } != 0;
     if !ok || info.dli_fname.is_null() {
         return false;
     }
@@ -98,7 +110,11 @@ pub fn start(config: &Config) -> Result<()> {
         }
     }
     crate::cuda::install_global()?;
-    crate::log!(Level::Info, "installed: {} slots patched", crate::hooks::patched_slots().len());
+    crate::log!(
+        Level::Info,
+        "installed: {} slots patched",
+        crate::hooks::patched_slots().len()
+    );
     Ok(())
 }
 
@@ -112,7 +128,11 @@ extern "C" fn write_report_at_exit() {
             ReportTarget::File(path) => {
                 let path = report::expand_pid(&path);
                 if let Err(e) = std::fs::write(&path, text.as_bytes()) {
-                    crate::log!(Level::Error, "cannot write the report to {}: {e}", path.to_string_lossy());
+                    crate::log!(
+                        Level::Error,
+                        "cannot write the report to {}: {e}",
+                        path.to_string_lossy()
+                    );
                 }
             }
         }

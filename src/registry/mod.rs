@@ -127,6 +127,23 @@ impl Allocation {
         self.start.saturating_add(self.size.saturating_sub(1))
     }
 
+    /// This allocation as an alloc event (replays to new subscribers).
+    pub fn to_event(&self) -> MemEvent {
+        let mut ev = MemEvent::new(
+            crate::events::EventKind::Alloc,
+            self.start,
+            self.size,
+            self.api,
+        );
+        ev.mem_type = self.mem_type;
+        ev.device = self.device;
+        ev.flags = self.flags;
+        ev.stream = self.stream;
+        ev.pool = self.pool;
+        ev.context = self.context;
+        ev
+    }
+
     /// Whether `ptr` lies in the range.
     pub const fn contains(&self, ptr: usize) -> bool {
         self.size != 0 && ptr >= self.start && ptr - self.start < self.size

@@ -31,7 +31,9 @@ fn static_runtimes() -> Vec<String> {
     elf::snapshot()
         .objects
         .iter()
-        .filter(|o| !o.name.contains("libcudart") && elf::defines(o, "cudaGetDriverEntryPoint", None))
+        .filter(|o| {
+            !o.name.contains("libcudart") && elf::defines(o, "cudaGetDriverEntryPoint", None)
+        })
         .map(|o| o.display_name().to_owned())
         .collect()
 }
@@ -47,37 +49,89 @@ pub fn render() -> String {
     if apis.is_empty() {
         let _ = writeln!(r, "  (no CUDA allocation or free was seen)");
     } else {
-        let _ = writeln!(r, "  {:<34} {:>8} {:>12} {:>8} {:>12}", "api", "allocs", "bytes", "frees", "bytes");
+        let _ = writeln!(
+            r,
+            "  {:<34} {:>8} {:>12} {:>8} {:>12}",
+            "api", "allocs", "bytes", "frees", "bytes"
+        );
         for a in &apis {
-            let _ = writeln!(r, "  {:<34} {:>8} {:>12} {:>8} {:>12}", a.api, a.allocs, a.alloc_bytes, a.frees, a.free_bytes);
+            let _ = writeln!(
+                r,
+                "  {:<34} {:>8} {:>12} {:>8} {:>12}",
+                a.api, a.allocs, a.alloc_bytes, a.frees, a.free_bytes
+            );
         }
     }
 
     let usage = stats::usage();
     if !usage.is_empty() {
         let _ = writeln!(r, "\nMemory by type and device:");
-        let _ = writeln!(r, "  {:<8} {:>6} {:>14} {:>14}", "type", "device", "live", "peak");
+        let _ = writeln!(
+            r,
+            "  {:<8} {:>6} {:>14} {:>14}",
+            "type", "device", "live", "peak"
+        );
         for u in &usage {
-            let dev = if u.device < 0 { "-".to_owned() } else { u.device.to_string() };
-            let _ = writeln!(r, "  {:<8} {:>6} {:>14} {:>14}", u.mem_type.name(), dev, bytes(u.live), bytes(u.peak));
+            let dev = if u.device < 0 {
+                "-".to_owned()
+            } else {
+                u.device.to_string()
+            };
+            let _ = writeln!(
+                r,
+                "  {:<8} {:>6} {:>14} {:>14}",
+                u.mem_type.name(),
+                dev,
+                bytes(u.live),
+                bytes(u.peak)
+            );
         }
     }
 
     let mut live = registry::global().snapshot();
     let rs = registry::stats();
     live.sort_by(|a, b| b.size.cmp(&a.size));
-    let _ = writeln!(r, "\nLive allocations at exit: {} ({})", live.len(), bytes(rs.live_bytes as u64));
+    let _ = writeln!(
+        r,
+        "\nLive allocations at exit: {} ({})",
+        live.len(),
+        bytes(rs.live_bytes as u64)
+    );
     for a in live.iter().take(TOP_LIVE) {
-        let dev = if a.device < 0 { "-".to_owned() } else { a.device.to_string() };
-        let _ = writeln!(r, "  {:#x} {:>12} {:<8} dev {:<2} {}", a.start, bytes(a.size as u64), a.mem_type.name(), dev, a.api.to_str().unwrap_or("?"));
+        let dev = if a.device < 0 {
+            "-".to_owned()
+        } else {
+            a.device.to_string()
+        };
+        let _ = writeln!(
+            r,
+            "  {:#x} {:>12} {:<8} dev {:<2} {}",
+            a.start,
+            bytes(a.size as u64),
+            a.mem_type.name(),
+            dev,
+            a.api.to_str().unwrap_or("?")
+        );
     }
     if live.len() > TOP_LIVE {
         let _ = writeln!(r, "  ... and {} more", live.len() - TOP_LIVE);
     }
-    let _ = writeln!(r, "\nFrees of pointers never seen allocated: {}", rs.unknown_frees);
-    let _ = writeln!(r, "Missed frees (a live range allocated over again): {}", rs.missed_frees);
+    let _ = writeln!(
+        r,
+        "\nFrees of pointers never seen allocated: {}",
+        rs.unknown_frees
+    );
+    let _ = writeln!(
+        r,
+        "Missed frees (a live range allocated over again): {}",
+        rs.missed_frees
+    );
     if rs.failed_frees > 0 {
-        let _ = writeln!(r, "Frees refused by the driver after being announced: {}", rs.failed_frees);
+        let _ = writeln!(
+            r,
+            "Frees refused by the driver after being announced: {}",
+            rs.failed_frees
+        );
     }
 
     let slots = hooks::patched_slots();
@@ -85,7 +139,12 @@ pub fn render() -> String {
     for s in &slots {
         *per_object.entry(s.object.as_str()).or_default() += 1;
     }
-    let _ = writeln!(r, "\nHooked: {} slots in {} objects", slots.len(), per_object.len());
+    let _ = writeln!(
+        r,
+        "\nHooked: {} slots in {} objects",
+        slots.len(),
+        per_object.len()
+    );
     for (object, n) in &per_object {
         let _ = writeln!(r, "  {n:>4} {object}");
     }
@@ -101,16 +160,24 @@ pub fn render() -> String {
         ));
     }
     for c in &diag.conflicts {
-        warnings.push(format!("{} in {} is bound to {:#x}, not the hooked definition {:#x}: left unpatched", c.symbol, c.object, c.bound_to, c.original));
+        warnings.push(format!(
+            "{} in {} is bound to {:#x}, not the hooked definition {:#x}: left unpatched",
+            c.symbol, c.object, c.bound_to, c.original
+        ));
     }
     for o in &diag.other_namespaces {
-        warnings.push(format!("{o} was opened in another dlmopen namespace and is not hooked"));
+        warnings.push(format!(
+            "{o} was opened in another dlmopen namespace and is not hooked"
+        ));
     }
     for o in &diag.unpinnable {
         warnings.push(format!("{o} could not be pinned and is not hooked"));
     }
     for f in &diag.foreign {
-        warnings.push(format!("{} in {} was re-patched by someone else and left as found", f.symbol, f.object));
+        warnings.push(format!(
+            "{} in {} was re-patched by someone else and left as found",
+            f.symbol, f.object
+        ));
     }
     if !diag.constructors_before_patch.is_empty() {
         warnings.push(format!(

@@ -41,16 +41,29 @@ pub fn expand_pid(path: &OsStr) -> OsString {
 /// Start counting for the exit report.
 pub fn enable_stats() -> Result<()> {
     if !STATS_ON.swap(true, Ordering::AcqRel) {
-        events::subscribe(mask::ALL, STATS_PRIORITY, Callback::Rust(stats::on_event), 0)?;
+        events::subscribe(
+            mask::ALL,
+            STATS_PRIORITY,
+            Callback::Rust(stats::on_event),
+            0,
+        )?;
     }
     Ok(())
 }
 
 /// Start writing the trace to `path` (`%p` → pid).
 pub fn enable_trace(path: &OsStr) -> Result<()> {
-    trace::open(path).map_err(|e| crate::Error::Io { what: "open the trace file", errno: e.raw_os_error().unwrap_or(0) })?;
+    trace::open(path).map_err(|e| crate::Error::Io {
+        what: "open the trace file",
+        errno: e.raw_os_error().unwrap_or(0),
+    })?;
     if !TRACE_ON.swap(true, Ordering::AcqRel) {
-        events::subscribe(mask::ALL, TRACE_PRIORITY, Callback::Rust(trace::on_event), 0)?;
+        events::subscribe(
+            mask::ALL,
+            TRACE_PRIORITY,
+            Callback::Rust(trace::on_event),
+            0,
+        )?;
     }
     Ok(())
 }

@@ -23,13 +23,21 @@ struct ApiRow {
 
 impl ApiRow {
     const fn new() -> ApiRow {
-        ApiRow { name: AtomicUsize::new(0), allocs: AtomicU64::new(0), alloc_bytes: AtomicU64::new(0), frees: AtomicU64::new(0), free_bytes: AtomicU64::new(0) }
+        ApiRow {
+            name: AtomicUsize::new(0),
+            allocs: AtomicU64::new(0),
+            alloc_bytes: AtomicU64::new(0),
+            frees: AtomicU64::new(0),
+            free_bytes: AtomicU64::new(0),
+        }
     }
 }
 
 static APIS: [ApiRow; MAX_APIS] = [const { ApiRow::new() }; MAX_APIS];
-static LIVE: [[AtomicU64; MAX_DEVICES + 1]; MEM_TYPES] = [const { [const { AtomicU64::new(0) }; MAX_DEVICES + 1] }; MEM_TYPES];
-static PEAK: [[AtomicU64; MAX_DEVICES + 1]; MEM_TYPES] = [const { [const { AtomicU64::new(0) }; MAX_DEVICES + 1] }; MEM_TYPES];
+static LIVE: [[AtomicU64; MAX_DEVICES + 1]; MEM_TYPES] =
+    [const { [const { AtomicU64::new(0) }; MAX_DEVICES + 1] }; MEM_TYPES];
+static PEAK: [[AtomicU64; MAX_DEVICES + 1]; MEM_TYPES] =
+    [const { [const { AtomicU64::new(0) }; MAX_DEVICES + 1] }; MEM_TYPES];
 static OVERFLOW: AtomicU64 = AtomicU64::new(0);
 
 fn row(api: &'static CStr) -> Option<&'static ApiRow> {
@@ -37,7 +45,10 @@ fn row(api: &'static CStr) -> Option<&'static ApiRow> {
     for r in APIS.iter() {
         match r.name.load(Ordering::Acquire) {
             k if k == key => return Some(r),
-            0 => match r.name.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
+            0 => match r
+                .name
+                .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => return Some(r),
                 Err(k) if k == key => return Some(r),
                 Err(_) => continue,
@@ -76,7 +87,9 @@ pub fn on_event(ev: &MemEvent, _context: usize) {
                 r.frees.fetch_add(1, Ordering::Relaxed);
                 r.free_bytes.fetch_add(size, Ordering::Relaxed);
             }
-            let _ = LIVE[t][d].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(size)));
+            let _ = LIVE[t][d].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(size))
+            });
         }
     }
 }
@@ -124,13 +137,23 @@ pub struct Usage {
 
 /// Every (memory type, device) that ever held memory.
 pub fn usage() -> Vec<Usage> {
-    let types = [MemType::Host, MemType::Cuda, MemType::CudaManaged, MemType::Unknown];
+    let types = [
+        MemType::Host,
+        MemType::Cuda,
+        MemType::CudaManaged,
+        MemType::Unknown,
+    ];
     let mut out = Vec::new();
     for (t, mem_type) in types.iter().enumerate() {
         for d in 0..=MAX_DEVICES {
             let peak = PEAK[t][d].load(Ordering::Relaxed);
             if peak > 0 {
-                out.push(Usage { mem_type: *mem_type, device: d as i32 - 1, live: LIVE[t][d].load(Ordering::Relaxed), peak });
+                out.push(Usage {
+                    mem_type: *mem_type,
+                    device: d as i32 - 1,
+                    live: LIVE[t][d].load(Ordering::Relaxed),
+                    peak,
+                });
             }
         }
     }

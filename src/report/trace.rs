@@ -19,7 +19,13 @@ pub fn open(path: &OsStr) -> std::io::Result<()> {
     bytes.push(0);
     // SAFETY: NUL-terminated path; the returned descriptor is owned by this module.
     #[allow(unsafe_code)]
-    let fd = unsafe { libc::open(bytes.as_ptr().cast(), libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC, 0o644) };
+    let fd = unsafe {
+        libc::open(
+            bytes.as_ptr().cast(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
+            0o644,
+        )
+    };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }

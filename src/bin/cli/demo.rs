@@ -43,7 +43,14 @@ fn human(size: &str) -> String {
 fn readable(line: &str) -> String {
     let flags: u32 = field(line, "flags").parse().unwrap_or(0);
     let mut tags = Vec::new();
-    for (bit, name) in [(1, "stream-ordered"), (2, "pool"), (4, "vmm"), (8, "pinned"), (16, "registered"), (64, "purged")] {
+    for (bit, name) in [
+        (1, "stream-ordered"),
+        (2, "pool"),
+        (4, "vmm"),
+        (8, "pinned"),
+        (16, "registered"),
+        (64, "purged"),
+    ] {
         if flags & bit != 0 {
             tags.push(name);
         }
@@ -73,16 +80,20 @@ pub fn main(args: &[OsString]) -> i32 {
     println!("cuhook demo: three CUDA programs on the fake driver, each run with libcuhook.so preloaded.\n");
     let mut worst = 0;
     for (program, what) in PROGRAMS {
-        let trace = std::env::temp_dir().join(format!("cuhook-demo-{}-{program}.jsonl", std::process::id()));
+        let trace = std::env::temp_dir().join(format!(
+            "cuhook-demo-{}-{program}.jsonl",
+            std::process::id()
+        ));
         let _ = std::fs::remove_file(&trace);
         println!("━━ {program}: {what}");
-        let outcome = match run_under_cuhook(&[dir.join(program).into_os_string()], Some(&trace), &[]) {
-            Ok(o) => o,
-            Err(e) => {
-                eprintln!("cuhook demo: {e}");
-                return 1;
-            }
-        };
+        let outcome =
+            match run_under_cuhook(&[dir.join(program).into_os_string()], Some(&trace), &[]) {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("cuhook demo: {e}");
+                    return 1;
+                }
+            };
         println!("Events, in order:");
         let text = std::fs::read_to_string(&trace).unwrap_or_default();
         for line in text.lines() {
@@ -108,6 +119,9 @@ mod tests {
         assert_eq!(field(line, "api"), "cuMemAllocAsync");
         assert_eq!(field(line, "size"), "2097152");
         let r = readable(line);
-        assert!(r.contains("2.0 MiB") && r.contains("stream-ordered,pool"), "{r}");
+        assert!(
+            r.contains("2.0 MiB") && r.contains("stream-ordered,pool"),
+            "{r}"
+        );
     }
 }

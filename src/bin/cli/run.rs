@@ -29,7 +29,11 @@ pub fn parse(args: &[OsString]) -> Result<Options, String> {
     let mut i = 0;
     while i < args.len() {
         let a = &args[i];
-        let value = |i: usize| args.get(i + 1).cloned().ok_or_else(|| format!("{} needs a file name", a.to_string_lossy()));
+        let value = |i: usize| {
+            args.get(i + 1)
+                .cloned()
+                .ok_or_else(|| format!("{} needs a file name", a.to_string_lossy()))
+        };
         match a.to_str() {
             Some("--report") => {
                 o.report = Some(value(i)?.into());
@@ -43,7 +47,9 @@ pub fn parse(args: &[OsString]) -> Result<Options, String> {
                 o.command = args[i + 1..].to_vec();
                 break;
             }
-            Some(s) if s.starts_with('-') && o.command.is_empty() => return Err(format!("unknown option `{s}`")),
+            Some(s) if s.starts_with('-') && o.command.is_empty() => {
+                return Err(format!("unknown option `{s}`"))
+            }
             _ => {
                 o.command = args[i..].to_vec();
                 break;
@@ -65,7 +71,10 @@ pub fn find_library() -> Result<PathBuf, String> {
             return Ok(candidate);
         }
     }
-    Err(format!("libcuhook.so is not beside {} — build it with `cargo build --release`", exe.display()))
+    Err(format!(
+        "libcuhook.so is not beside {} — build it with `cargo build --release`",
+        exe.display()
+    ))
 }
 
 /// The result of one command under cuhook.
@@ -76,7 +85,11 @@ pub struct Outcome {
 }
 
 /// Run `command` under cuhook, tracing to `trace` when given.
-pub fn run_under_cuhook(command: &[OsString], trace: Option<&Path>, extra_env: &[(&str, &OsStr)]) -> Result<Outcome, String> {
+pub fn run_under_cuhook(
+    command: &[OsString],
+    trace: Option<&Path>,
+    extra_env: &[(&str, &OsStr)],
+) -> Result<Outcome, String> {
     let lib = find_library()?;
     let dir = std::env::temp_dir().join(format!("cuhook-run-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -86,23 +99,33 @@ pub fn run_under_cuhook(command: &[OsString], trace: Option<&Path>, extra_env: &
         preload.push(old);
     }
     let mut cmd = Command::new(&command[0]);
-    cmd.args(&command[1..]).env("LD_PRELOAD", preload).env("CUHOOK_REPORT", dir.join("report-%p.txt"));
+    cmd.args(&command[1..])
+        .env("LD_PRELOAD", preload)
+        .env("CUHOOK_REPORT", dir.join("report-%p.txt"));
     if let Some(t) = trace {
         cmd.env("CUHOOK_TRACE", t);
     }
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", command[0].to_string_lossy()))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", command[0].to_string_lossy()))?;
     let pid = child.id();
-    let status = child.wait().map_err(|e| format!("waiting for {}: {e}", command[0].to_string_lossy()))?;
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for {}: {e}", command[0].to_string_lossy()))?;
     let mut reports = Vec::new();
     let own = dir.join(format!("report-{pid}.txt"));
     if let Ok(text) = std::fs::read_to_string(&own) {
         reports.push(text);
     }
     if let Ok(entries) = std::fs::read_dir(&dir) {
-        let mut others: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| *p != own).collect();
+        let mut others: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| *p != own)
+            .collect();
         others.sort();
         for p in others {
             if let Ok(text) = std::fs::read_to_string(&p) {
@@ -119,7 +142,9 @@ pub fn run_under_cuhook(command: &[OsString], trace: Option<&Path>, extra_env: &
 /// The exit code a shell would report for `status`.
 pub fn exit_code(status: ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
-    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
 pub fn main(args: &[OsString]) -> i32 {
@@ -149,7 +174,10 @@ pub fn main(args: &[OsString]) -> i32 {
     }
     if let Some(path) = &opts.report {
         if let Err(e) = std::fs::write(path, &text) {
-            eprintln!("cuhook run: cannot write the report to {}: {e}", path.display());
+            eprintln!(
+                "cuhook run: cannot write the report to {}: {e}",
+                path.display()
+            );
         }
     }
     exit_code(outcome.status)
@@ -165,17 +193,29 @@ mod tests {
 
     #[test]
     fn options_and_command() {
-        let o = parse(&os(&["--report", "r.txt", "--trace", "t.json", "--", "python3", "-c", "x"])).unwrap();
+        let o = parse(&os(&[
+            "--report", "r.txt", "--trace", "t.json", "--", "python3", "-c", "x",
+        ]))
+        .unwrap();
         assert_eq!(o.report, Some("r.txt".into()));
         assert_eq!(o.trace, Some("t.json".into()));
         assert_eq!(o.command, os(&["python3", "-c", "x"]));
-        assert_eq!(parse(&os(&["ls", "-l"])).unwrap().command, os(&["ls", "-l"]));
+        assert_eq!(
+            parse(&os(&["ls", "-l"])).unwrap().command,
+            os(&["ls", "-l"])
+        );
     }
 
     #[test]
     fn usage_errors_are_explained() {
         assert_eq!(parse(&os(&[])).unwrap_err(), "no command given");
-        assert_eq!(parse(&os(&["--report"])).unwrap_err(), "--report needs a file name");
-        assert_eq!(parse(&os(&["--bogus", "x"])).unwrap_err(), "unknown option `--bogus`");
+        assert_eq!(
+            parse(&os(&["--report"])).unwrap_err(),
+            "--report needs a file name"
+        );
+        assert_eq!(
+            parse(&os(&["--bogus", "x"])).unwrap_err(),
+            "unknown option `--bogus`"
+        );
     }
 }
