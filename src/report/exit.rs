@@ -90,7 +90,7 @@ pub fn render() -> String {
 
     let mut live = registry::global().snapshot();
     let rs = registry::stats();
-    live.sort_by(|a, b| b.size.cmp(&a.size));
+    live.sort_by_key(|a| std::cmp::Reverse(a.size));
     let _ = writeln!(
         r,
         "\nLive allocations at exit: {} ({})",

@@ -47,9 +47,9 @@ pub fn format(ev: &MemEvent, tid: i64, out: &mut impl Write) -> std::fmt::Result
         EventKind::Free => "free",
     };
     // API names are C identifiers: nothing to escape.
-    write!(
+    writeln!(
         out,
-        "{{\"event\":\"{kind}\",\"api\":\"{}\",\"address\":\"{:#x}\",\"size\":{},\"mem_type\":\"{}\",\"device\":{},\"flags\":{},\"stream\":\"{:#x}\",\"pool\":\"{:#x}\",\"tid\":{tid}}}\n",
+        "{{\"event\":\"{kind}\",\"api\":\"{}\",\"address\":\"{:#x}\",\"size\":{},\"mem_type\":\"{}\",\"device\":{},\"flags\":{},\"stream\":\"{:#x}\",\"pool\":\"{:#x}\",\"tid\":{tid}}}",
         ev.api.to_str().unwrap_or("?"),
         ev.address,
         ev.size,
