@@ -236,6 +236,16 @@ fn coverage_fixtures(gcc: &Gcc) {
     );
 }
 
+/// Pointer classification of memory allocated before install (hook-tests/classify.rs).
+fn classify_fixtures(gcc: &Gcc) {
+    gcc.app(
+        "app_classify",
+        &["../classify/app_classify.c"],
+        &["-fPIE", "-pie"],
+        &["-l:libcuda.so.1"],
+    );
+}
+
 fn main() {
     let manifest =
         PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -259,6 +269,7 @@ fn main() {
     dl_fixtures(&gcc);
     fake_cuda(&gcc);
     coverage_fixtures(&gcc);
+    classify_fixtures(&gcc);
     println!("cargo:rustc-env=CUHOOK_FIXTURES_DIR={}", out.display());
     for dir in ["fixtures", "include"] {
         rerun_tree(&manifest.join(dir));
