@@ -72,7 +72,9 @@ impl Classification {
         matches!(self.mem_type, MemType::Cuda | MemType::CudaManaged)
     }
 
-    /// Whether the memory came from a stream-ordered memory pool.
+    /// Whether the memory is known to come from a memory pool (`POOL`: the driver reported a
+    /// pool handle, or the hooks saw `cuMemAllocFromPoolAsync`; the registry's records of
+    /// `cuMemAllocAsync` carry only `STREAM_ORDERED`).
     pub const fn is_pool(&self) -> bool {
         self.flags & flags::POOL != 0
     }

@@ -199,7 +199,9 @@ impl<D: Driver> Classifier<D> {
         }
     }
 
-    /// Device memory without a context: pool or VMM memory.
+    /// Device memory without a context: pool or VMM memory. Pool memory also gets
+    /// `STREAM_ORDERED`: pools serve only the stream-ordered allocator, so the memory may be
+    /// freed in stream order like the registry's `cuMemAllocAsync` records.
     fn contextless(&self, ptr: usize, device: i32, pool: usize, mode: PoolMode) -> Classification {
         context::ensure_current(&self.driver, self as *const Self as usize, device);
         let mut c = Classification::driver(MemType::Cuda, device, 0);
