@@ -259,6 +259,16 @@ fn demo_fixtures(gcc: &Gcc) {
     );
 }
 
+/// Pointer classification of memory allocated before install (hook-tests/classify.rs).
+fn classify_fixtures(gcc: &Gcc) {
+    gcc.app(
+        "app_classify",
+        &["../classify/app_classify.c"],
+        &["-fPIE", "-pie"],
+        &["-l:libcuda.so.1"],
+    );
+}
+
 fn main() {
     let manifest =
         PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -283,6 +293,7 @@ fn main() {
     fake_cuda(&gcc);
     coverage_fixtures(&gcc);
     demo_fixtures(&gcc);
+    classify_fixtures(&gcc);
     println!("cargo:rustc-env=CUHOOK_FIXTURES_DIR={}", out.display());
     // Hooks point into libcuhook.so: it must never be unloaded while any slot does.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");

@@ -95,6 +95,16 @@ int cuhook_unset_event_handler(int events, cuhook_event_callback_t cb, void *arg
 /* Registry only: the allocation containing [address, address+length). CUHOOK_ERR_NOT_FOUND
  * when none does. */
 int cuhook_lookup(const void *address, size_t length, cuhook_mem_info_t *info);
+/* What kind of memory `address` points to: the registry's record if it has one (as
+ * cuhook_lookup), else the CUDA driver's answer (Open MPI's algorithm: pointer attributes, then
+ * VMM and memory-pool probes for memory without a context), else CUHOOK_MEM_TYPE_HOST. Works with or
+ * without the hooks installed. A driver answer fills mem_type, device, flags
+ * (CUHOOK_FLAG_VMM, CUHOOK_FLAG_POOL | CUHOOK_FLAG_STREAM_ORDERED, CUHOOK_FLAG_PINNED_HOST),
+ * pool and context (NULL for pool and VMM memory), with address = the address asked about,
+ * size 0, api "" and seq 0. When the calling thread has no current context and meets pool or
+ * VMM memory, the device's primary context is retained (once per thread, never released) and
+ * made current. Returns 0, or CUHOOK_ERR_INVALID_ARGUMENT for a NULL `info`. */
+int cuhook_classify(const void *address, cuhook_mem_info_t *info);
 
 /* ---- generic GOT/PLT hooks -------------------------------------------------------------- */
 

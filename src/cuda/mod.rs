@@ -3,11 +3,13 @@
 //! makes itself (`driver`).
 
 mod abi;
+pub mod classify;
 mod driver;
 mod emit;
 mod procaddress;
 mod table;
 
+pub use classify::{classify, Classification, Source};
 pub use procaddress::LookupCounts;
 pub use table::{Group, HookInfo, HOOKS};
 

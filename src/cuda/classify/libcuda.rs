@@ -1,0 +1,269 @@
+//! [`Driver`] over the process's own `libcuda.so.1` (the real driver, or the fake one in tests).
+//!
+//! Every function comes from one object: the one that defines `cuPointerGetAttributes` in the
+//! global scope, else the one that defines the original of the hooked `cuMemAlloc_v2` (a
+//! libcuda loaded `RTLD_LOCAL`, e.g. by the static CUDA runtime), else an already loaded
+//! `libcuda.so.1`. Symbols are looked up with `dlsym`, so these are the driver's real
+//! functions: GOT patching never changes what `dlsym` returns to cuhook's own object, and none
+//! of these functions is hooked anyway. cudarc's dynamic loader is never used (it panics when
+//! no driver is installed).
+//!
+//! The object found stays pinned (its `dlopen(RTLD_NOLOAD)` reference is never dropped), so the
+//! function addresses kept here can never dangle.
+//!
+//! # Safety
+//! Each address is what `dlsym` returned for the named driver function, and it is only ever
+//! called with that function's C signature (CUDA 13 ABI, also the fake's `fake_cuda.h`).
+#![allow(unsafe_code)]
+
+use std::ffi::{c_int, c_uint, c_void, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::interface::{
+    Driver, DriverResult, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS,
+};
+use crate::cuda::abi::CUresult;
+
+/// The functions, in the order of [`NAMES`].
+#[derive(Clone, Copy)]
+enum Fn {
+    PointerGetAttributes,
+    DeviceGetCount,
+    DeviceGetAttribute,
+    MemRetainAllocationHandle,
+    MemRelease,
+    CtxGetCurrent,
+    CtxSetCurrent,
+    DevicePrimaryCtxRetain,
+}
+
+const NAMES: [&CStr; 8] = [
+    c"cuPointerGetAttributes",
+    c"cuDeviceGetCount",
+    c"cuDeviceGetAttribute",
+    c"cuMemRetainAllocationHandle",
+    c"cuMemRelease",
+    c"cuCtxGetCurrent",
+    c"cuCtxSetCurrent",
+    c"cuDevicePrimaryCtxRetain",
+];
+
+/// Without these three there is nothing to classify with; the others are optional (an old
+/// driver without VMM simply never reports VMM memory).
+const REQUIRED: [Fn; 3] = [
+    Fn::PointerGetAttributes,
+    Fn::DeviceGetCount,
+    Fn::DeviceGetAttribute,
+];
+
+/// The most attributes one [`Driver::pointer_attributes`] call passes.
+const MAX_ATTRIBUTES: usize = 8;
+
+/// The process's libcuda. `const`-constructible so it can live in a `static`.
+pub struct LibCuda {
+    fns: [AtomicUsize; NAMES.len()],
+}
+
+impl Default for LibCuda {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LibCuda {
+    pub const fn new() -> Self {
+        LibCuda {
+            fns: [const { AtomicUsize::new(0) }; NAMES.len()],
+        }
+    }
+
+    fn get(&self, f: Fn) -> Option<usize> {
+        match self.fns[f as usize].load(Ordering::Acquire) {
+            0 => None,
+            a => Some(a),
+        }
+    }
+}
+
+/// A handle for the object containing `address`, pinned (`RTLD_NOLOAD`: never loads anything).
+///
+/// # Safety
+/// `address` is any address; `dladdr` only reads the loader's tables.
+unsafe fn object_of(address: usize) -> *mut c_void {
+    // SAFETY: a zeroed Dl_info is a valid out-parameter; dladdr fills it or leaves it.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr reads the loader's tables only; dli_fname is NUL-terminated when set.
+    unsafe {
+        if libc::dladdr(address as *const c_void, &mut info) == 0 || info.dli_fname.is_null() {
+            return std::ptr::null_mut();
+        }
+        libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD)
+    }
+}
+
+/// The object to take every driver function from, or null when no driver is loaded.
+fn find_driver_object() -> *mut c_void {
+    let probe = NAMES[Fn::PointerGetAttributes as usize];
+    // SAFETY: dlsym/dlopen with NUL-terminated names; RTLD_NOLOAD never loads an object.
+    unsafe {
+        let global = libc::dlsym(libc::RTLD_DEFAULT, probe.as_ptr()) as usize;
+        if global != 0 {
+            let h = object_of(global);
+            // Should dladdr fail, the global scope itself still finds the same functions.
+            return if h.is_null() { libc::RTLD_DEFAULT } else { h };
+        }
+        let anchor = crate::cuda::table::original_of("cuMemAlloc_v2");
+        if anchor != 0 {
+            let h = object_of(anchor);
+            if !h.is_null() {
+                return h;
+            }
+        }
+        libc::dlopen(
+            c"libcuda.so.1".as_ptr(),
+            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
+        )
+    }
+}
+
+impl Driver for LibCuda {
+    fn resolve(&self) -> bool {
+        if REQUIRED.iter().all(|&f| self.get(f).is_some()) {
+            return true;
+        }
+        let object = find_driver_object();
+        if object.is_null() {
+            // SAFETY: clears the error our failed lookups left, so the application never sees it.
+            unsafe { libc::dlerror() };
+            return false;
+        }
+        let mut found = [0usize; NAMES.len()];
+        for (slot, name) in found.iter_mut().zip(NAMES) {
+            // SAFETY: `object` is a live handle (pinned) or RTLD_DEFAULT; the name is a C string.
+            *slot = unsafe { libc::dlsym(object, name.as_ptr()) } as usize;
+        }
+        // SAFETY: as above.
+        unsafe { libc::dlerror() };
+        if REQUIRED.iter().any(|&f| found[f as usize] == 0) {
+            return false;
+        }
+        // Optional functions first, so a reader that sees the required ones sees all.
+        for (i, &a) in found.iter().enumerate().rev() {
+            self.fns[i].store(a, Ordering::Release);
+        }
+        true
+    }
+
+    fn load_generation(&self) -> u64 {
+        crate::elf::counters().adds
+    }
+
+    fn device_count(&self) -> DriverResult<i32> {
+        let f = self
+            .get(Fn::DeviceGetCount)
+            .ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
+        let mut n: c_int = 0;
+        // SAFETY: `CUresult cuDeviceGetCount(int *count)`.
+        let rc = unsafe {
+            std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_int) -> CUresult>(f)(&mut n)
+        };
+        ok(rc, n)
+    }
+
+    fn device_attribute(&self, attribute: i32, device: i32) -> DriverResult<i32> {
+        let f = self
+            .get(Fn::DeviceGetAttribute)
+            .ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
+        let mut v: c_int = 0;
+        type F = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CUresult;
+        // SAFETY: `CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute a, CUdevice dev)`.
+        let rc = unsafe { std::mem::transmute::<usize, F>(f)(&mut v, attribute, device) };
+        ok(rc, v)
+    }
+
+    fn pointer_attributes(&self, ptr: usize, attributes: &[u32], values: &mut [u64]) -> CUresult {
+        let Some(f) = self.get(Fn::PointerGetAttributes) else {
+            return CUDA_ERROR_NOT_INITIALIZED;
+        };
+        let n = attributes.len();
+        if n != values.len() || n == 0 || n > MAX_ATTRIBUTES {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        values.fill(0);
+        let mut data = [std::ptr::null_mut::<c_void>(); MAX_ATTRIBUTES];
+        for (d, v) in data.iter_mut().zip(values.iter_mut()) {
+            *d = (v as *mut u64).cast();
+        }
+        type F = unsafe extern "C" fn(c_uint, *const u32, *mut *mut c_void, u64) -> CUresult;
+        // SAFETY: `cuPointerGetAttributes(unsigned n, CUpointer_attribute *attributes,
+        // void **data, CUdeviceptr ptr)`: `n` attributes (a C enum is 4 bytes) and `n` data
+        // pointers, each to an 8-byte slot, at least the size of any attribute requested.
+        unsafe {
+            std::mem::transmute::<usize, F>(f)(
+                n as c_uint,
+                attributes.as_ptr(),
+                data.as_mut_ptr(),
+                ptr as u64,
+            )
+        }
+    }
+
+    fn retain_allocation_handle(&self, ptr: usize) -> DriverResult<u64> {
+        let f = self
+            .get(Fn::MemRetainAllocationHandle)
+            .ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
+        let mut handle = 0u64;
+        type F = unsafe extern "C" fn(*mut u64, *mut c_void) -> CUresult;
+        // SAFETY: `cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr)`;
+        // the driver only looks the address up, it never dereferences it.
+        let rc = unsafe { std::mem::transmute::<usize, F>(f)(&mut handle, ptr as *mut c_void) };
+        ok(rc, handle)
+    }
+
+    fn release(&self, handle: u64) -> CUresult {
+        let Some(f) = self.get(Fn::MemRelease) else {
+            return CUDA_ERROR_NOT_INITIALIZED;
+        };
+        // SAFETY: `CUresult cuMemRelease(CUmemGenericAllocationHandle handle)`.
+        unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(u64) -> CUresult>(f)(handle) }
+    }
+
+    fn ctx_get_current(&self) -> DriverResult<usize> {
+        let f = self
+            .get(Fn::CtxGetCurrent)
+            .ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
+        let mut ctx: *mut c_void = std::ptr::null_mut();
+        type F = unsafe extern "C" fn(*mut *mut c_void) -> CUresult;
+        // SAFETY: `CUresult cuCtxGetCurrent(CUcontext *pctx)`.
+        let rc = unsafe { std::mem::transmute::<usize, F>(f)(&mut ctx) };
+        ok(rc, ctx as usize)
+    }
+
+    fn ctx_set_current(&self, ctx: usize) -> CUresult {
+        let Some(f) = self.get(Fn::CtxSetCurrent) else {
+            return CUDA_ERROR_NOT_INITIALIZED;
+        };
+        type F = unsafe extern "C" fn(*mut c_void) -> CUresult;
+        // SAFETY: `CUresult cuCtxSetCurrent(CUcontext ctx)` with a context the driver gave us.
+        unsafe { std::mem::transmute::<usize, F>(f)(ctx as *mut c_void) }
+    }
+
+    fn primary_ctx_retain(&self, device: i32) -> DriverResult<usize> {
+        let f = self
+            .get(Fn::DevicePrimaryCtxRetain)
+            .ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
+        let mut ctx: *mut c_void = std::ptr::null_mut();
+        type F = unsafe extern "C" fn(*mut *mut c_void, c_int) -> CUresult;
+        // SAFETY: `CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)`.
+        let rc = unsafe { std::mem::transmute::<usize, F>(f)(&mut ctx, device) };
+        ok(rc, ctx as usize)
+    }
+}
+
+fn ok<T>(rc: CUresult, v: T) -> DriverResult<T> {
+    if rc == CUDA_SUCCESS {
+        Ok(v)
+    } else {
+        Err(rc)
+    }
+}
