@@ -111,12 +111,15 @@ int main() {
     pthread_create(&t, NULL, classify_all, NULL);
     pthread_join(t, NULL);
 
-    // After install: events carry the device of each allocation.
+    // After install: events carry the device of each allocation. (The static runtime resolved
+    // its driver pointers before the late install, so it stays unhooked — the documented limit;
+    // the driver API through this program's own slots is hooked.)
     cuhook.set_event_handler(CUHOOK_EVENT_MEM_TYPE_ALLOC, 0, on_event, NULL);
     for (int d = 0; d < ndev && d < 2; d++) {
         cudaSetDevice(d);
-        cudaMalloc(&p, 4096);
-        cudaMallocAsync(&p, 4096, 0);
+        CUdeviceptr dp;
+        cuMemAlloc(&dp, 4096);
+        cuMemAllocAsync(&dp, 4096, 0);
         cudaStreamSynchronize(0);
     }
     int ok = n_events == 2 * (ndev < 2 ? ndev : 2);
