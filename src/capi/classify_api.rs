@@ -9,9 +9,10 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::cuda_api::CMemInfo;
+use super::cuda_api::{c_event, CMemInfo};
 use super::status::{ffi_call, CUHOOK_OK};
 use crate::cuda::classify::{classify, Classification, Source};
+use crate::events::{EventKind, MemEvent};
 use crate::Error;
 
 /// The C view of a classification. A registry record gives the allocation (start, size, api,
@@ -21,16 +22,15 @@ fn c_info(address: usize, c: &Classification) -> CMemInfo {
         Source::Registry(a) => (a.start, a.size, a.api, a.stream, a.seq),
         Source::Driver | Source::Fallback => (address, 0, c"", 0, 0),
     };
+    let mut ev = MemEvent::new(EventKind::Alloc, start, size, api);
+    ev.mem_type = c.mem_type;
+    ev.device = c.device;
+    ev.flags = c.flags;
+    ev.stream = stream;
+    ev.pool = c.pool;
+    ev.context = c.context;
     CMemInfo {
-        address: start as *mut c_void,
-        size,
-        mem_type: c.mem_type as c_int,
-        device: c.device,
-        flags: c.flags,
-        api: api.as_ptr(),
-        stream: stream as *mut c_void,
-        pool: c.pool as *mut c_void,
-        context: c.context as *mut c_void,
+        event: c_event(&ev),
         seq,
     }
 }

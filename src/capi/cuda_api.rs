@@ -35,18 +35,11 @@ pub struct CMemEvent {
     pub context: *mut c_void,
 }
 
-/// `cuhook_mem_info_t`.
+/// `cuhook_mem_info_t`: the event's fields followed by the registry's sequence number (the
+/// same layout as the flat C struct: the event part is 64 bytes, 8-aligned).
 #[repr(C)]
 pub struct CMemInfo {
-    pub address: *mut c_void,
-    pub size: usize,
-    pub mem_type: c_int,
-    pub device: c_int,
-    pub flags: c_uint,
-    pub api: *const c_char,
-    pub stream: *mut c_void,
-    pub pool: *mut c_void,
-    pub context: *mut c_void,
+    pub event: CMemEvent,
     pub seq: u64,
 }
 
@@ -69,7 +62,7 @@ pub extern "C" fn cuhook_uninstall() -> c_int {
     ffi_call(|| crate::cuda::uninstall_global().map(|_| CUHOOK_OK))
 }
 
-fn c_event(ev: &MemEvent) -> CMemEvent {
+pub(super) fn c_event(ev: &MemEvent) -> CMemEvent {
     CMemEvent {
         address: ev.address as *mut c_void,
         size: ev.size,
@@ -164,18 +157,10 @@ pub unsafe extern "C" fn cuhook_unset_event_handler(
 fn fill_info(info: *mut CMemInfo, a: &Allocation) {
     // SAFETY: `info` is non-null and writable (checked by callers, promised by the header).
     unsafe {
-        *info = CMemInfo {
-            address: a.start as *mut c_void,
-            size: a.size,
-            mem_type: a.mem_type as c_int,
-            device: a.device,
-            flags: a.flags,
-            api: a.api.as_ptr(),
-            stream: a.stream as *mut c_void,
-            pool: a.pool as *mut c_void,
-            context: a.context as *mut c_void,
+        info.write(CMemInfo {
+            event: c_event(&a.to_event()),
             seq: a.seq,
-        }
+        })
     };
 }
 

@@ -212,24 +212,40 @@ fn after_open(handle: *mut c_void, depth: &DepthGuard) {
     }
 }
 
+/// Open as the caller would have, then patch what was loaded; a panic in our part falls back to
+/// the plain call. `namespace` is the `dlmopen` namespace (`LM_ID_BASE` for `dlopen`).
+fn open_and_patch(
+    caller: usize,
+    file: *const c_char,
+    namespace: c_long,
+    open: &dyn Fn(*const c_char) -> *mut c_void,
+) -> *mut c_void {
+    guarded(
+        || {
+            let depth = DepthGuard::enter();
+            let handle = open_as_caller(caller, file, open);
+            after_open(handle, &depth);
+            if !handle.is_null() && namespace != libc::LM_ID_BASE {
+                if let Some(path) = caller::object_path(handle) {
+                    super::engine::note_other_namespace(path, Some(PATIENCE));
+                }
+            }
+            handle
+        },
+        || open(file),
+    )
+}
+
 /// `dlopen` with the caller's return address (from `entry::dlopen_entry`).
 pub(super) extern "C" fn dlopen_from(
     file: *const c_char,
     mode: c_int,
     caller: usize,
 ) -> *mut c_void {
-    // SAFETY (both closures): the real dlopen with the caller's own arguments.
+    // SAFETY: the real dlopen with the caller's own arguments.
     #[allow(unsafe_code)]
     let open = |f: *const c_char| unsafe { real_dlopen()(f, mode) };
-    guarded(
-        || {
-            let depth = DepthGuard::enter();
-            let handle = open_as_caller(caller, file, &open);
-            after_open(handle, &depth);
-            handle
-        },
-        || open(file),
-    )
+    open_and_patch(caller, file, libc::LM_ID_BASE, &open)
 }
 
 /// `dlmopen` with the caller's return address.
@@ -242,20 +258,7 @@ pub(super) extern "C" fn dlmopen_from(
     // SAFETY: the real dlmopen with the caller's own arguments.
     #[allow(unsafe_code)]
     let open = |f: *const c_char| unsafe { real_dlmopen()(lmid, f, mode) };
-    guarded(
-        || {
-            let depth = DepthGuard::enter();
-            let handle = open_as_caller(caller, file, &open);
-            after_open(handle, &depth);
-            if !handle.is_null() && lmid != libc::LM_ID_BASE {
-                if let Some(path) = caller::object_path(handle) {
-                    super::engine::note_other_namespace(path, Some(PATIENCE));
-                }
-            }
-            handle
-        },
-        || open(file),
-    )
+    open_and_patch(caller, file, lmid, &open)
 }
 
 /// `dlclose`: close, then forget objects that are really gone.
