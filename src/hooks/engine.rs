@@ -32,6 +32,8 @@ pub(crate) struct State {
     next_id: u64,
     /// Installed sets or published originals changed: republish the dlsym substitution table.
     dirty: bool,
+    /// Every symbol any set ever hooked (sorted): what object indexes cover.
+    wanted: Vec<Vec<u8>>,
 }
 
 static STATE: spin::Mutex<State> = spin::Mutex::new(State {
@@ -42,6 +44,7 @@ static STATE: spin::Mutex<State> = spin::Mutex::new(State {
     diag: Diagnostics::new(),
     next_id: 1,
     dirty: false,
+    wanted: Vec::new(),
 });
 
 /// The loader counters of the last scan, readable without the lock.
@@ -121,12 +124,15 @@ pub(crate) fn install(set: &HookSet) -> Result<u64> {
         s.refs += 1;
         return Ok(s.id);
     }
+    let dl_set = dl_hook_set();
+    st.want(&dl_set);
+    st.want(set);
     let snap = elf::snapshot();
     let (all, _new) = st.refresh(&snap.objects);
     st.last_counters = snap.counters;
     // The loader interposers come with the first set, so later dlopens get patched too.
     if !st.sets.iter().any(|s| s.set.name == DL_SET_NAME) {
-        let dl = st.add_set(dl_hook_set());
+        let dl = st.add_set(dl_set);
         st.patch(&[dl], &all);
     }
     let id = st.add_set(set.clone());
@@ -241,6 +247,22 @@ struct Plan {
 }
 
 impl State {
+    /// Make object indexes cover the symbols of `set`; indexes built without them are dropped
+    /// (and rebuilt by the next refresh).
+    fn want(&mut self, set: &HookSet) {
+        let mut grew = false;
+        for h in set.hooks() {
+            let name = h.symbol().as_bytes();
+            if let Err(at) = self.wanted.binary_search_by(|w| w.as_slice().cmp(name)) {
+                self.wanted.insert(at, name.to_vec());
+                grew = true;
+            }
+        }
+        if grew {
+            self.known.clear();
+        }
+    }
+
     fn add_set(&mut self, set: HookSet) -> u64 {
         self.dirty = true;
         let id = self.next_id;
@@ -328,7 +350,8 @@ impl State {
                 );
                 continue;
             }
-            match ObjectIndex::build(obj.clone()) {
+            let wanted = &self.wanted;
+            match ObjectIndex::build(obj.clone(), &|n| wanted.binary_search_by(|w| w.as_slice().cmp(n)).is_ok()) {
                 Ok(idx) => {
                     let idx = Arc::new(idx);
                     self.diag.objects_indexed += 1;
