@@ -6,15 +6,20 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-fn build() -> PathBuf {
+/// Compile `fixtures/capi/<source>` against the header, linked to libcuhook.so and the fake driver.
+fn build_in(source: &str, dir: &std::path::Path) -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let lib_dir = common::libcuhook().parent().unwrap().to_path_buf();
     let fixtures = common::fixtures_dir();
-    let exe = std::env::temp_dir().join(format!("cuhook-capi-test-{}", std::process::id()));
+    let exe = dir.join(format!(
+        "cuhook-{}-{}",
+        source.trim_end_matches(".c"),
+        std::process::id()
+    ));
     let status = Command::new("cc")
         .args(["-O1", "-Wall", "-Wextra", "-Werror", "-o"])
         .arg(&exe)
-        .arg(root.join("fixtures/capi/capi_test.c"))
+        .arg(root.join("fixtures/capi").join(source))
         .arg("-I")
         .arg(root.join("include"))
         .arg("-I")
@@ -29,11 +34,12 @@ fn build() -> PathBuf {
         ))
         .status()
         .expect("run the C compiler");
-    assert!(
-        status.success(),
-        "compiling fixtures/capi/capi_test.c failed"
-    );
+    assert!(status.success(), "compiling fixtures/capi/{source} failed");
     exe
+}
+
+fn build() -> PathBuf {
+    build_in("capi_test.c", &std::env::temp_dir())
 }
 
 #[test]
@@ -90,5 +96,60 @@ fn c_program_linked_to_libcuhook_uses_the_whole_api() {
         "handler_again",
         "reinstalled_by_handler",
     ]);
+    let _ = std::fs::remove_file(exe);
+}
+
+/// In a secure-execution process (setgid here) the constructor installs nothing, even when asked
+/// to report. Needs root (to give the program another group) and a filesystem that honours the
+/// setgid bit; the program reports AT_SECURE itself, so a run where the kernel did not set it is
+/// recognised instead of passing by accident.
+#[test]
+fn constructor_does_nothing_in_a_secure_process() {
+    use std::os::unix::fs::PermissionsExt;
+    let whoami = Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&whoami.stdout).trim() != "0" {
+        eprintln!("skipped: needs root to make a setgid program");
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let exe = build_in("secure.c", &dir);
+    let plain = Command::new(&exe)
+        .env_remove("CUHOOK_DISABLE")
+        .env("CUHOOK_REPORT", "stderr")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&plain.stdout).starts_with("secure=0 slots="),
+        "{plain:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&plain.stderr).contains("==== cuhook report"),
+        "not secure: the constructor installs and reports at exit: {plain:?}"
+    );
+    // setgid to another group: the kernel marks the process AT_SECURE.
+    assert!(Command::new("chgrp")
+        .arg("nogroup")
+        .arg(&exe)
+        .status()
+        .unwrap()
+        .success());
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o2755)).unwrap();
+    let out = Command::new(&exe)
+        .env_remove("CUHOOK_DISABLE")
+        .env("CUHOOK_REPORT", "stderr")
+        .env("CUHOOK_LOG", "debug")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if stdout.starts_with("secure=0") {
+        eprintln!("skipped: {} does not honour setgid", dir.display());
+        return;
+    }
+    assert!(stdout.starts_with("secure=1 slots=0"), "{out:?}");
+    assert!(
+        out.stderr.is_empty(),
+        "no output at all: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let _ = std::fs::remove_file(exe);
 }

@@ -344,9 +344,18 @@ mod tests {
         let exe = snap.objects[0].clone();
         let all = ObjectIndex::build(exe.clone(), &|_| true).unwrap();
         let some = ObjectIndex::build(exe, &|n| n == b"malloc").unwrap();
-        assert!(all.slots("malloc", None).next().is_some(), "the test program imports malloc");
-        assert!(all.slots("free", None).next().is_some(), "the test program imports free");
-        assert_eq!(some.slots("malloc", None).count(), all.slots("malloc", None).count());
+        assert!(
+            all.slots("malloc", None).next().is_some(),
+            "the test program imports malloc"
+        );
+        assert!(
+            all.slots("free", None).next().is_some(),
+            "the test program imports free"
+        );
+        assert_eq!(
+            some.slots("malloc", None).count(),
+            all.slots("malloc", None).count()
+        );
         assert_eq!(some.slots("free", None).count(), 0);
         assert!(some.len() < all.len());
         for (_, _, slot) in all.iter() {

@@ -351,7 +351,9 @@ impl State {
                 continue;
             }
             let wanted = &self.wanted;
-            match ObjectIndex::build(obj.clone(), &|n| wanted.binary_search_by(|w| w.as_slice().cmp(n)).is_ok()) {
+            match ObjectIndex::build(obj.clone(), &|n| {
+                wanted.binary_search_by(|w| w.as_slice().cmp(n)).is_ok()
+            }) {
                 Ok(idx) => {
                     let idx = Arc::new(idx);
                     self.diag.objects_indexed += 1;
