@@ -86,6 +86,17 @@ fn c_adapter(target: usize, ev: &MemEvent, arg: usize) {
     };
 }
 
+/// The subscriber form of a C callback (NULL is an invalid argument).
+fn foreign(cb: Option<CCallback>) -> Result<Callback> {
+    let cb = cb.ok_or(Error::InvalidArgument {
+        what: "callback is NULL",
+    })?;
+    Ok(Callback::Foreign {
+        adapter: c_adapter,
+        target: cb as usize,
+    })
+}
+
 fn mask_of(events: c_int) -> Result<u32> {
     let m = (events & (EVENT_ALLOC | EVENT_FREE)) as u32;
     if m == 0 || events & !(EVENT_ALLOC | EVENT_FREE | FLAG_NO_INSTALL | FLAG_EXISTING_ALLOC) != 0 {
@@ -109,17 +120,11 @@ pub unsafe extern "C" fn cuhook_set_event_handler(
     arg: *mut c_void,
 ) -> c_int {
     ffi_call(|| {
-        let cb = cb.ok_or(Error::InvalidArgument {
-            what: "callback is NULL",
-        })?;
+        let callback = foreign(cb)?;
         let mask = mask_of(events)?;
         if events & FLAG_NO_INSTALL == 0 {
             install_once()?;
         }
-        let callback = Callback::Foreign {
-            adapter: c_adapter,
-            target: cb as usize,
-        };
         if events & FLAG_EXISTING_ALLOC != 0 {
             events::subscribe_with_replay(mask, priority, callback, arg as usize, |emit| {
                 registry::global().for_each(|a| emit(&a.to_event()));
@@ -142,13 +147,7 @@ pub unsafe extern "C" fn cuhook_unset_event_handler(
     arg: *mut c_void,
 ) -> c_int {
     ffi_call(|| {
-        let cb = cb.ok_or(Error::InvalidArgument {
-            what: "callback is NULL",
-        })?;
-        let callback = Callback::Foreign {
-            adapter: c_adapter,
-            target: cb as usize,
-        };
+        let callback = foreign(cb)?;
         events::unsubscribe(mask_of(events)?, callback, arg as usize)?;
         Ok(CUHOOK_OK)
     })

@@ -32,7 +32,9 @@ fn on_event(ev: &MemEvent, _context: usize) {
             // A free names a whole allocation by its start: one exact descent. A VMM unmap may
             // cover part of a mapping (split) or several mappings: a span removal.
             let whole = ev.flags & crate::events::flags::VMM == 0
-                && GLOBAL.remove_allocation(ev.address).is_some_and(|a| a.size == ev.size);
+                && GLOBAL
+                    .remove_allocation(ev.address)
+                    .is_some_and(|a| a.size == ev.size);
             if !whole {
                 GLOBAL.remove(ev.address, ev.size);
             }

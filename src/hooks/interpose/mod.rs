@@ -46,38 +46,20 @@ thread_local! {
 
 /// The loader hook set.
 pub(crate) fn dl_hook_set() -> HookSet {
+    macro_rules! hook {
+        ($symbol:literal, $entry:ident, $real:ident) => {
+            Hook::new($symbol, entry::$entry as *const () as usize, &$real).ok()
+        };
+    }
     let hooks = [
-        (
-            "dlopen",
-            entry::dlopen_entry as *const () as usize,
-            &REAL_DLOPEN,
-        ),
-        (
-            "dlmopen",
-            entry::dlmopen_entry as *const () as usize,
-            &REAL_DLMOPEN,
-        ),
-        (
-            "dlclose",
-            entry::dlclose_entry as *const () as usize,
-            &REAL_DLCLOSE,
-        ),
-        (
-            "dlsym",
-            entry::dlsym_entry as *const () as usize,
-            &REAL_DLSYM,
-        ),
-        (
-            "dlvsym",
-            entry::dlvsym_entry as *const () as usize,
-            &REAL_DLVSYM,
-        ),
+        hook!("dlopen", dlopen_entry, REAL_DLOPEN),
+        hook!("dlmopen", dlmopen_entry, REAL_DLMOPEN),
+        hook!("dlclose", dlclose_entry, REAL_DLCLOSE),
+        hook!("dlsym", dlsym_entry, REAL_DLSYM),
+        hook!("dlvsym", dlvsym_entry, REAL_DLVSYM),
     ];
-    let hooks = hooks
-        .into_iter()
-        .filter_map(|(s, r, o)| Hook::new(s, r, o).ok())
-        .collect();
-    HookSet::new(DL_SET_NAME, hooks).expect("the loader hook set names each symbol once")
+    HookSet::new(DL_SET_NAME, hooks.into_iter().flatten().collect())
+        .expect("the loader hook set names each symbol once")
 }
 
 /// The real function: the published original, or the one our own object links to.
