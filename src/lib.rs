@@ -7,6 +7,7 @@
 //! dispatches, [`registry`] answers lookups, [`cuda`] holds the CUDA hook table and
 //! classification, [`report`] and [`init`] are what users see, [`capi`] is the C surface.
 #![deny(unsafe_code)]
+#![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 
 mod api;
 pub mod capi;

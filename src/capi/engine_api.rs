@@ -145,6 +145,7 @@ pub unsafe extern "C" fn cuhook_set_exclude(list: *const c_char) -> c_int {
         let text = if list.is_null() {
             ""
         } else {
+            // SAFETY: non-null and NUL-terminated (contract).
             unsafe { c_str(list, "exclude list is not UTF-8") }?
         };
         hooks::set_exclude_list(text.split(',').map(str::trim));

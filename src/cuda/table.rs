@@ -130,7 +130,9 @@ macro_rules! cuda_hooks {
                     // SAFETY: the caller's own arguments, to the real function.
                     let rc = unsafe { real($($arg),*) };
                     let ok = <$ret as Status>::ok(rc);
-                    $( if ok { emit::guarded(|| { $after; }, ()); } )?
+                    // SAFETY: `after` expressions only read the output pointers the real call
+                    // has just filled (it succeeded), as the C API promises.
+                    $( if ok { emit::guarded(|| { #[allow(unused_unsafe)] unsafe { $after; } }, ()); } )?
                     emit::settle(pending, ok);
                     drop(guard);
                     rc
@@ -153,16 +155,16 @@ macro_rules! cuda_hooks {
 cuda_hooks! {
     // ---- driver, synchronous --------------------------------------------------------------
     cuMemAlloc_v2 [DriverSync, "cuMemAlloc"] (dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, unsafe { out(dptr) }, bytesize, 0, 0, 0);
+        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, 0, 0, 0);
     /// The pre-3.2 ABI: 32-bit pointer and size.
     cuMemAlloc [DriverSync, "cuMemAlloc"] (dptr: *mut c_uint, bytesize: c_uint) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, unsafe { out(dptr) }, bytesize as usize, 0, 0, 0);
+        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize as usize, 0, 0, 0);
     cuMemAllocPitch_v2 [DriverSync, "cuMemAllocPitch"] (dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, elem: c_uint) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, unsafe { out(dptr) }, unsafe { out(pitch.cast::<u64>()) } * height, 0, 0, 0);
+        after => emit::alloc(API, MemType::Cuda, out(dptr), out(pitch.cast::<u64>()) * height, 0, 0, 0);
     cuMemAllocPitch [DriverSync, "cuMemAllocPitch"] (dptr: *mut c_uint, pitch: *mut c_uint, width: c_uint, height: c_uint, elem: c_uint) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, unsafe { out(dptr) }, unsafe { out(pitch) } * height as usize, 0, 0, 0);
+        after => emit::alloc(API, MemType::Cuda, out(dptr), out(pitch) * height as usize, 0, 0, 0);
     cuMemAllocManaged [DriverSync, "cuMemAllocManaged"] (dptr: *mut CUdeviceptr, bytesize: usize, attach: c_uint) -> CUresult,
-        after => emit::alloc(API, MemType::CudaManaged, unsafe { out(dptr) }, bytesize, 0, 0, 0);
+        after => emit::alloc(API, MemType::CudaManaged, out(dptr), bytesize, 0, 0, 0);
     cuMemFree_v2 [DriverSync, "cuMemFree"] (dptr: CUdeviceptr) -> CUresult,
         before => emit::free_before(API, dptr as usize, 0, 0);
     cuMemFree [DriverSync, "cuMemFree"] (dptr: c_uint) -> CUresult,
@@ -170,13 +172,13 @@ cuda_hooks! {
 
     // ---- driver, stream-ordered -----------------------------------------------------------
     cuMemAllocAsync [DriverStreamOrdered, "cuMemAllocAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, unsafe { out(dptr) }, bytesize, flags::STREAM_ORDERED, stream as usize, 0);
+        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED, stream as usize, 0);
     cuMemAllocAsync_ptsz [DriverStreamOrdered, "cuMemAllocAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, unsafe { out(dptr) }, bytesize, flags::STREAM_ORDERED, stream as usize, 0);
+        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED, stream as usize, 0);
     cuMemAllocFromPoolAsync [DriverStreamOrdered, "cuMemAllocFromPoolAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, unsafe { out(dptr) }, bytesize, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
     cuMemAllocFromPoolAsync_ptsz [DriverStreamOrdered, "cuMemAllocFromPoolAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, unsafe { out(dptr) }, bytesize, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
     cuMemFreeAsync [DriverStreamOrdered, "cuMemFreeAsync"] (dptr: CUdeviceptr, stream: CUstream) -> CUresult,
         before => emit::free_before(API, dptr as usize, flags::STREAM_ORDERED, stream as usize);
     cuMemFreeAsync_ptsz [DriverStreamOrdered, "cuMemFreeAsync"] (dptr: CUdeviceptr, stream: CUstream) -> CUresult,
@@ -190,11 +192,11 @@ cuda_hooks! {
 
     // ---- driver, pinned host --------------------------------------------------------------
     cuMemAllocHost_v2 [DriverHost, "cuMemAllocHost"] (pp: *mut *mut c_void, bytesize: usize) -> CUresult,
-        after => emit::alloc(API, MemType::Host, unsafe { out_ptr(pp) }, bytesize, flags::PINNED_HOST, 0, 0);
+        after => emit::alloc(API, MemType::Host, out_ptr(pp), bytesize, flags::PINNED_HOST, 0, 0);
     cuMemAllocHost [DriverHost, "cuMemAllocHost"] (pp: *mut *mut c_void, bytesize: c_uint) -> CUresult,
-        after => emit::alloc(API, MemType::Host, unsafe { out_ptr(pp) }, bytesize as usize, flags::PINNED_HOST, 0, 0);
+        after => emit::alloc(API, MemType::Host, out_ptr(pp), bytesize as usize, flags::PINNED_HOST, 0, 0);
     cuMemHostAlloc [DriverHost, "cuMemHostAlloc"] (pp: *mut *mut c_void, bytesize: usize, host_flags: c_uint) -> CUresult,
-        after => emit::alloc(API, MemType::Host, unsafe { out_ptr(pp) }, bytesize, flags::PINNED_HOST, 0, 0);
+        after => emit::alloc(API, MemType::Host, out_ptr(pp), bytesize, flags::PINNED_HOST, 0, 0);
     cuMemFreeHost [DriverHost, "cuMemFreeHost"] (p: *mut c_void) -> CUresult,
         before => emit::free_before(API, p as usize, 0, 0);
     cuMemHostRegister_v2 [DriverHost, "cuMemHostRegister"] (p: *mut c_void, bytesize: usize, host_flags: c_uint) -> CUresult,
@@ -216,29 +218,29 @@ cuda_hooks! {
 
     // ---- runtime --------------------------------------------------------------------------
     cudaMalloc [Runtime, "cudaMalloc"] (p: *mut *mut c_void, size: usize) -> CudaError,
-        after => emit::alloc(API, MemType::Cuda, unsafe { out_ptr(p) }, size, 0, 0, 0);
+        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, 0, 0, 0);
     cudaMallocPitch [Runtime, "cudaMallocPitch"] (p: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) -> CudaError,
-        after => emit::alloc(API, MemType::Cuda, unsafe { out_ptr(p) }, unsafe { out(pitch.cast::<u64>()) } * height, 0, 0, 0);
+        after => emit::alloc(API, MemType::Cuda, out_ptr(p), out(pitch.cast::<u64>()) * height, 0, 0, 0);
     cudaMallocManaged [Runtime, "cudaMallocManaged"] (p: *mut *mut c_void, size: usize, attach: c_uint) -> CudaError,
-        after => emit::alloc(API, MemType::CudaManaged, unsafe { out_ptr(p) }, size, 0, 0, 0);
+        after => emit::alloc(API, MemType::CudaManaged, out_ptr(p), size, 0, 0, 0);
     cudaFree [Runtime, "cudaFree"] (p: *mut c_void) -> CudaError,
         before => emit::free_before(API, p as usize, 0, 0);
     cudaMallocAsync [Runtime, "cudaMallocAsync"] (p: *mut *mut c_void, size: usize, stream: cudaStream_t) -> CudaError,
-        after => emit::alloc(API, MemType::Cuda, unsafe { out_ptr(p) }, size, flags::STREAM_ORDERED, stream as usize, 0);
+        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED, stream as usize, 0);
     cudaMallocAsync_ptsz [Runtime, "cudaMallocAsync"] (p: *mut *mut c_void, size: usize, stream: cudaStream_t) -> CudaError,
-        after => emit::alloc(API, MemType::Cuda, unsafe { out_ptr(p) }, size, flags::STREAM_ORDERED, stream as usize, 0);
+        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED, stream as usize, 0);
     cudaMallocFromPoolAsync [Runtime, "cudaMallocFromPoolAsync"] (p: *mut *mut c_void, size: usize, pool: cudaMemPool_t, stream: cudaStream_t) -> CudaError,
-        after => emit::alloc(API, MemType::Cuda, unsafe { out_ptr(p) }, size, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
     cudaMallocFromPoolAsync_ptsz [Runtime, "cudaMallocFromPoolAsync"] (p: *mut *mut c_void, size: usize, pool: cudaMemPool_t, stream: cudaStream_t) -> CudaError,
-        after => emit::alloc(API, MemType::Cuda, unsafe { out_ptr(p) }, size, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
     cudaFreeAsync [Runtime, "cudaFreeAsync"] (p: *mut c_void, stream: cudaStream_t) -> CudaError,
         before => emit::free_before(API, p as usize, flags::STREAM_ORDERED, stream as usize);
     cudaFreeAsync_ptsz [Runtime, "cudaFreeAsync"] (p: *mut c_void, stream: cudaStream_t) -> CudaError,
         before => emit::free_before(API, p as usize, flags::STREAM_ORDERED, stream as usize);
     cudaMallocHost [Runtime, "cudaMallocHost"] (p: *mut *mut c_void, size: usize) -> CudaError,
-        after => emit::alloc(API, MemType::Host, unsafe { out_ptr(p) }, size, flags::PINNED_HOST, 0, 0);
+        after => emit::alloc(API, MemType::Host, out_ptr(p), size, flags::PINNED_HOST, 0, 0);
     cudaHostAlloc [Runtime, "cudaHostAlloc"] (p: *mut *mut c_void, size: usize, host_flags: c_uint) -> CudaError,
-        after => emit::alloc(API, MemType::Host, unsafe { out_ptr(p) }, size, flags::PINNED_HOST, 0, 0);
+        after => emit::alloc(API, MemType::Host, out_ptr(p), size, flags::PINNED_HOST, 0, 0);
     cudaFreeHost [Runtime, "cudaFreeHost"] (p: *mut c_void) -> CudaError,
         before => emit::free_before(API, p as usize, 0, 0);
     cudaHostRegister [Runtime, "cudaHostRegister"] (p: *mut c_void, size: usize, host_flags: c_uint) -> CudaError,

@@ -40,6 +40,7 @@ const RTLD_DL_LINKMAP: libc::c_int = 2;
 
 /// The link map of the object containing `address`.
 fn link_map_of(address: usize) -> Option<*mut LinkMap> {
+    // SAFETY: Dl_info is plain data (pointers); all-zero is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     let mut map: *mut LinkMap = std::ptr::null_mut();
     // SAFETY: dladdr1 writes a Dl_info and, with RTLD_DL_LINKMAP, a `struct link_map *`.
@@ -137,8 +138,8 @@ pub fn object_path(handle: *mut c_void) -> Option<String> {
     }
     // SAFETY: the link map is live while the handle is open; l_name is NUL-terminated.
     let name = unsafe { (*map).l_name };
-    // SAFETY: as above.
     (!name.is_null()).then(|| {
+        // SAFETY: a non-null l_name of a live link map is a NUL-terminated string.
         unsafe { CStr::from_ptr(name) }
             .to_string_lossy()
             .into_owned()
@@ -176,10 +177,10 @@ pub fn next_definitions(caller: usize, symbol: &str, version: Option<&str>) -> O
         guard += 1;
         // SAFETY: `cur` is a live link map of the loader's list.
         let (base, name) = unsafe { ((*cur).l_addr, (*cur).l_name) };
-        // SAFETY: l_name is a NUL-terminated string owned by the loader.
         let name = if name.is_null() {
             String::new()
         } else {
+            // SAFETY: l_name is a NUL-terminated string owned by the loader.
             unsafe { CStr::from_ptr(name) }
                 .to_string_lossy()
                 .into_owned()
