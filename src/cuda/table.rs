@@ -133,7 +133,7 @@ macro_rules! cuda_hooks {
                     // SAFETY: `after` expressions only read the output pointers the real call
                     // has just filled (it succeeded), as the C API promises.
                     $( if ok { emit::guarded(|| { #[allow(unused_unsafe)] unsafe { $after; } }, ()); } )?
-                    emit::settle(pending, ok);
+                    emit::guarded(|| emit::settle(pending, ok), ());
                     drop(guard);
                     rc
                 }

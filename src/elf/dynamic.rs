@@ -219,3 +219,50 @@ pub fn absolute(obj: &LoadedObject, value: usize) -> Option<usize> {
         obj.contains(rebased).then_some(rebased)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libc::{Elf64_Phdr, PF_R, PT_LOAD};
+
+    fn object(base: usize, vaddr: u64, memsz: u64) -> LoadedObject {
+        let load = Elf64_Phdr {
+            p_type: PT_LOAD,
+            p_flags: PF_R,
+            p_offset: 0,
+            p_vaddr: vaddr,
+            p_paddr: vaddr,
+            p_filesz: memsz,
+            p_memsz: memsz,
+            p_align: 4096,
+        };
+        LoadedObject {
+            base,
+            name: "libx.so".into(),
+            phdrs: vec![load],
+            position: 1,
+        }
+    }
+
+    #[test]
+    fn d_ptr_values_are_read_as_absolute_or_base_relative_by_range() {
+        let obj = object(0x7f00_0000_0000, 0, 0x10000);
+        // Already relocated by glibc: inside the mapping as is.
+        assert_eq!(absolute(&obj, 0x7f00_0000_2000), Some(0x7f00_0000_2000));
+        // Left base-relative (the vDSO, some loaders): inside once the base is added.
+        assert_eq!(absolute(&obj, 0x2000), Some(0x7f00_0000_2000));
+        // Neither reading lands in the object: refused.
+        assert_eq!(absolute(&obj, 0x20000), None);
+        assert_eq!(absolute(&obj, 0x7f00_0001_0000), None);
+        // A non-PIE executable (base 0): both readings agree.
+        let exe = object(0, 0x400000, 0x1000);
+        assert_eq!(absolute(&exe, 0x400800), Some(0x400800));
+    }
+
+    #[test]
+    fn objects_without_a_dynamic_section_have_no_tables() {
+        assert!(DynamicTables::read(&object(0x1000, 0, 0x1000))
+            .unwrap()
+            .is_none());
+    }
+}
