@@ -259,6 +259,16 @@ fn demo_fixtures(gcc: &Gcc) {
     );
 }
 
+/// A static-runtime program that loads cuhook too late (the report's coverage warning).
+fn late_fixtures(gcc: &Gcc) {
+    gcc.app(
+        "late_static",
+        &["../demo/late_static.c"],
+        &["-fPIE", "-pie"],
+        &["libcudart_static.a"],
+    );
+}
+
 /// Pointer classification of memory allocated before install (hook-tests/classify.rs).
 fn classify_fixtures(gcc: &Gcc) {
     gcc.app(
@@ -294,6 +304,7 @@ fn main() {
     coverage_fixtures(&gcc);
     demo_fixtures(&gcc);
     classify_fixtures(&gcc);
+    late_fixtures(&gcc);
     println!("cargo:rustc-env=CUHOOK_FIXTURES_DIR={}", out.display());
     // Hooks point into libcuhook.so: it must never be unloaded while any slot does.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");

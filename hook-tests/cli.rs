@@ -252,3 +252,35 @@ fn demo_shows_trace_and_reports() {
         "{s}"
     );
 }
+
+#[test]
+fn report_warns_about_a_static_runtime_it_cannot_see() {
+    let out = Command::new(fixture("late_static"))
+        .env("CUHOOK_LIB", common::libcuhook())
+        .env("CUHOOK_REPORT", "stderr")
+        .env_remove("CUHOOK_DISABLE")
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("Coverage warnings: 1"), "{stderr}");
+    assert!(stderr.contains("a static CUDA runtime is linked into <main program> but no cuGetProcAddress call was seen"), "{stderr}");
+    assert!(
+        stderr.contains("(no CUDA allocation or free was seen)"),
+        "{stderr}"
+    );
+    // The same program with cuhook preloaded sees everything and warns about nothing.
+    let out = Command::new(fixture("late_static"))
+        .env("CUHOOK_LIB", common::libcuhook())
+        .env("LD_PRELOAD", common::libcuhook())
+        .env("CUHOOK_REPORT", "stderr")
+        .env_remove("CUHOOK_DISABLE")
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("Coverage warnings: 0"), "{stderr}");
+    assert!(
+        api_row(&stderr, "cuMemAlloc_v2").is_some_and(|r| r.0 == 2),
+        "{stderr}"
+    );
+}

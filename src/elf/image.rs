@@ -54,6 +54,20 @@ impl<'a> Image<'a> {
     }
 }
 
+/// Whether any readable, read-only segment of `obj` contains `needle` (data a program embeds,
+/// such as the names a statically linked library looks up with `dlsym`).
+pub fn segments_contain(obj: &LoadedObject, needle: &[u8]) -> bool {
+    let finder = memchr::memmem::Finder::new(needle);
+    obj.segments()
+        .filter(|&(_, _, flags)| flags & PF_R != 0 && flags & libc::PF_W == 0)
+        .any(|(start, end, _)| {
+            // SAFETY: a read-only PT_LOAD segment of a loaded object is mapped and readable for its
+            // whole memsz (the loader maps it page-rounded); the caller keeps the object loaded.
+            let bytes = unsafe { std::slice::from_raw_parts(start as *const u8, end - start) };
+            finder.find(bytes).is_some()
+        })
+}
+
 /// Types for which every bit pattern is a valid value (ELF records and integers).
 pub(crate) trait Plain {}
 impl Plain for u16 {}

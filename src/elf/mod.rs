@@ -10,6 +10,7 @@ mod snapshot;
 mod symbols;
 
 pub use dynamic::{absolute, DynamicTables, RelocTable};
+pub use image::segments_contain;
 pub use index::{ObjectIndex, RelocKind, Slot};
 pub use snapshot::{counters, snapshot, Counters, LoadedObject, Snapshot};
 pub use symbols::defines;

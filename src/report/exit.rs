@@ -25,14 +25,19 @@ fn bytes(n: u64) -> String {
     }
 }
 
-/// Objects that carry a static CUDA runtime (they define runtime entry points and are not the
-/// shared libcudart): their driver calls are visible only through cuGetProcAddress.
+/// Objects that carry a static CUDA runtime: they are not libcudart or the driver, yet embed the
+/// name the runtime asks `dlsym` for (`cuGetProcAddress_v2`). Their driver calls are visible
+/// only through cuGetProcAddress. (Executables export none of their own symbols, so the name
+/// in their read-only data is the reliable sign.)
 fn static_runtimes() -> Vec<String> {
     elf::snapshot()
         .objects
         .iter()
         .filter(|o| {
-            !o.name.contains("libcudart") && elf::defines(o, "cudaGetDriverEntryPoint", None)
+            !o.name.contains("libcudart")
+                && !o.contains(static_runtimes as *const () as usize)
+                && !elf::defines(o, "cuGetProcAddress_v2", None)
+                && elf::segments_contain(o, b"cuGetProcAddress_v2\0")
         })
         .map(|o| o.display_name().to_owned())
         .collect()
@@ -153,7 +158,11 @@ pub fn render() -> String {
 
     let mut warnings = Vec::new();
     let static_rt = static_runtimes();
-    if !static_rt.is_empty() && proc.calls == 0 {
+    let driver_loaded = elf::snapshot()
+        .objects
+        .iter()
+        .any(|o| elf::defines(o, "cuGetProcAddress_v2", None));
+    if !static_rt.is_empty() && driver_loaded && proc.calls == 0 {
         warnings.push(format!(
             "a static CUDA runtime is linked into {} but no cuGetProcAddress call was seen: its driver calls were invisible (was libcuda loaded before cuhook, or through an unpatched object?)",
             static_rt.join(", ")
