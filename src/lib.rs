@@ -17,6 +17,7 @@ pub mod error;
 pub mod events;
 pub mod hooks;
 pub mod init;
+pub mod log;
 pub mod patch;
 pub mod registry;
 pub mod report;

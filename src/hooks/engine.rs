@@ -105,6 +105,11 @@ impl Drop for Operation {
     }
 }
 
+/// How long an API call waits for another thread's operation. Bounded, so that a thread that
+/// holds the dynamic loader's lock (a library destructor calling cuhook) while another thread's
+/// operation waits for that lock gets `Busy` instead of both hanging.
+const API_PATIENCE: Duration = Duration::from_secs(10);
+
 fn busy() -> Error {
     Error::Busy
 }
@@ -118,7 +123,7 @@ pub(crate) fn install(set: &HookSet) -> Result<u64> {
             ),
         });
     }
-    let mut op = Operation::begin(None).ok_or_else(busy)?;
+    let mut op = Operation::begin(Some(API_PATIENCE)).ok_or_else(busy)?;
     let st = op.state();
     if let Some(s) = st.sets.iter_mut().find(|s| s.set.same_as(set)) {
         s.refs += 1;
@@ -128,8 +133,10 @@ pub(crate) fn install(set: &HookSet) -> Result<u64> {
     st.want(&dl_set);
     st.want(set);
     let snap = elf::snapshot();
-    let (all, _new) = st.refresh(&snap.objects);
+    let (all, new) = st.refresh(&snap.objects);
     st.last_counters = snap.counters;
+    // Objects loaded since the last scan get the sets that were already installed.
+    st.patch_new(&new);
     // The loader interposers come with the first set, so later dlopens get patched too.
     if !st.sets.iter().any(|s| s.set.name == DL_SET_NAME) {
         let dl = st.add_set(dl_set);
@@ -170,9 +177,12 @@ pub(crate) fn forget_unloaded(patience: Option<Duration>) -> Result<usize> {
     let st = op.state();
     let snap = elf::snapshot();
     let before = st.known.len();
-    st.refresh(&snap.objects);
+    let (_, new) = st.refresh(&snap.objects);
     st.last_counters = snap.counters;
-    let forgotten = before.saturating_sub(st.known.len());
+    let forgotten = (before + new.len()).saturating_sub(st.known.len());
+    // Objects another thread loaded meanwhile are new here: patch them now, since its own
+    // rescan will find the counters already up to date.
+    st.patch_new(&new);
     st.catch_up();
     Ok(forgotten)
 }
@@ -193,12 +203,15 @@ pub struct UninstallReport {
     pub foreign: Vec<ForeignSlot>,
     /// Slots in objects that were unloaded meanwhile (nothing to write).
     pub gone: usize,
+    /// Slots that could not be written (page protection could not be changed); see the
+    /// diagnostics.
+    pub failed: usize,
     /// The set is still installed by other installations (install was called more than once).
     pub still_referenced: bool,
 }
 
 pub(crate) fn uninstall(id: u64) -> Result<UninstallReport> {
-    let mut op = Operation::begin(None).ok_or_else(busy)?;
+    let mut op = Operation::begin(Some(API_PATIENCE)).ok_or_else(busy)?;
     let st = op.state();
     let pos = st
         .sets
@@ -298,17 +311,31 @@ impl State {
                 report.gone += 1;
             }
         }
-        let maps = protection_map(writable.iter().map(|e| e.address))?;
+        let maps = match protection_map(writable.iter().map(|e| e.address)) {
+            Ok(m) => m,
+            Err(e) => {
+                // Nothing was written: keep the entries, so a later uninstall can retry.
+                for entry in writable {
+                    self.journal.record(entry);
+                }
+                return Err(e);
+            }
+        };
         for e in writable {
             // SAFETY: the object is pinned and the slot was an aligned GOT slot when we patched
             // it; we hold the patch lock.
             #[allow(unsafe_code)]
             let outcome = unsafe {
                 compare_and_write(&maps, e.object.display_name(), e.address, e.new, e.old)
-            }?;
+            };
             match outcome {
-                SlotWrite::Written { .. } => report.restored += 1,
-                SlotWrite::Mismatch { actual } => {
+                // One slot failing must not strand the others: report it and go on.
+                Err(err) => {
+                    push_bounded(&mut self.diag.unreadable, err.to_string());
+                    report.failed += 1;
+                }
+                Ok(SlotWrite::Written { .. }) => report.restored += 1,
+                Ok(SlotWrite::Mismatch { actual }) => {
                     let f = ForeignSlot {
                         object: e.object.display_name().to_owned(),
                         symbol: e.symbol.to_string(),
@@ -379,21 +406,31 @@ impl State {
             let snap = elf::snapshot();
             let (_, new) = self.refresh(&snap.objects);
             self.last_counters = snap.counters;
-            let ids: Vec<u64> = self.sets.iter().map(|s| s.id).collect();
-            let journal_before = self.journal.entries().len();
-            patched += self.patch(&ids, &new);
-            let late: Vec<String> = self.journal.entries()
-                [journal_before.min(self.journal.entries().len())..]
-                .iter()
-                .filter(|e| {
-                    new.iter()
-                        .any(|n| Arc::ptr_eq(&n.object, &e.object) && n.has_constructors)
-                })
-                .map(|e| e.object.display_name().to_owned())
-                .collect();
-            for name in late {
-                push_bounded(&mut self.diag.constructors_before_patch, name);
-            }
+            patched += self.patch_new(&new);
+        }
+        patched
+    }
+
+    /// Patch objects that appeared since the last scan with every installed set, and note those
+    /// whose constructors already ran unhooked.
+    fn patch_new(&mut self, new: &[Arc<ObjectIndex>]) -> usize {
+        if new.is_empty() {
+            return 0;
+        }
+        let ids: Vec<u64> = self.sets.iter().map(|s| s.id).collect();
+        let journal_before = self.journal.entries().len();
+        let patched = self.patch(&ids, new);
+        let late: Vec<String> = self.journal.entries()
+            [journal_before.min(self.journal.entries().len())..]
+            .iter()
+            .filter(|e| {
+                new.iter()
+                    .any(|n| Arc::ptr_eq(&n.object, &e.object) && n.has_constructors)
+            })
+            .map(|e| e.object.display_name().to_owned())
+            .collect();
+        for name in late {
+            push_bounded(&mut self.diag.constructors_before_patch, name);
         }
         patched
     }
@@ -453,6 +490,18 @@ impl State {
                 .map(|(_, p)| p.lookup(&hook.symbol, hook.version.as_deref()))
                 .find(|&a| a != 0 && !resolver.canonical.contains(&a))
                 .unwrap_or(0);
+        }
+        // While slots of this hook are patched, its published original is what they call: a
+        // different definition found later (another copy of the library) must not replace it;
+        // slots bound to that one are conflicts instead.
+        let published = hook.original.get();
+        let live = self
+            .journal
+            .entries()
+            .iter()
+            .any(|e| e.set_id == set_id && &*e.symbol == hook.symbol());
+        if published != 0 && live {
+            original = published;
         }
         let first = plans.len();
         for (idx, pin) in pinned {
@@ -659,6 +708,6 @@ impl Diagnostics {
 
 /// Read-only access for listings.
 pub(crate) fn with_state<R>(f: impl FnOnce(&State) -> R) -> Option<R> {
-    let mut op = Operation::begin(None)?;
+    let mut op = Operation::begin(Some(API_PATIENCE))?;
     Some(f(op.state()))
 }

@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 
-use super::log::Level;
+use crate::log::Level;
 
 /// Where the exit report goes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,13 +8,14 @@
 //! library (then the program calls [`crate::cuda::install`] itself).
 
 pub mod config;
-pub mod log;
+
+use crate::log;
 
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+pub use crate::log::Level;
 pub use config::{Config, ReportTarget, Warning};
-pub use log::Level;
 
 use crate::report;
 use crate::Result;

@@ -74,6 +74,10 @@ pub unsafe fn compare_and_write(
         .map_err(fail)?;
     let outcome = swap();
     // SAFETY: restores exactly the protection the page had before.
-    unsafe { region::protect(page as *const u8, 1, protection) }.map_err(fail)?;
+    if let Err(e) = unsafe { region::protect(page as *const u8, 1, protection) } {
+        // The slot was written: report the write (so it is journaled and can be undone) and the
+        // page left writable on stderr, rather than lose track of the slot.
+        crate::log!(crate::log::Level::Error, "{}", fail(e));
+    }
     Ok(outcome)
 }

@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::events::{EventKind, MemEvent};
-use crate::init::log::{write_fd, StackBuf};
+use crate::log::{write_fd, StackBuf};
 
 static FD: AtomicI32 = AtomicI32::new(-1);
 

@@ -1,4 +1,4 @@
-//! Diagnostics to stderr, written with `write(2)` from a stack buffer: usable in constructors
+//! Diagnostics to stderr (the lowest layer: every module may log), written with `write(2)` from a stack buffer: usable in constructors
 //! before std is ready, at exit, and inside hooks (no allocation, no stdout lock).
 
 use std::fmt::{self, Write};
@@ -122,6 +122,6 @@ pub fn log(level: Level, args: fmt::Arguments<'_>) {
 #[macro_export]
 macro_rules! log {
     ($level:expr, $($arg:tt)*) => {
-        $crate::init::log::log($level, format_args!($($arg)*))
+        $crate::log::log($level, format_args!($($arg)*))
     };
 }
