@@ -155,6 +155,19 @@ fn dl_fixtures(gcc: &Gcc) {
         ],
         &["-ltarget", "-lloader", "-lnextx", "-lnexty", "-lnoplt"],
     );
+    gcc.shared(
+        "libdefault_user.so",
+        &[&dl("default_user.c")],
+        &[],
+        &["-ldep", "-ldl"],
+    );
+    // A second file with the soname of an already-loaded library, found only through RUNPATH.
+    gcc.shared(
+        "sub/libtarget.so",
+        &["target.c"],
+        &[&format!("-Wl,--version-script={}", gcc.src("target.map"))],
+        &[],
+    );
 }
 
 /// The fake driver (`libcuda.so.1`) and runtime (`libcudart.so.13`, `libcudart_static.a`).

@@ -9,6 +9,7 @@
 
 use std::ffi::{c_char, c_uint, c_void, CStr, CString};
 
+use super::super::loader::Pin;
 use crate::elf;
 
 /// `struct link_map`'s public head.
@@ -165,37 +166,35 @@ pub fn origin_of(caller: usize) -> Option<String> {
     )
 }
 
-/// Handles (link maps) of the objects after the caller in its namespace's load order that
-/// define `symbol` (with `version`), nearest first: what `RTLD_NEXT` searches.
-pub fn next_definitions(caller: usize, symbol: &str, version: Option<&str>) -> Option<*mut c_void> {
-    let map = link_map_of(caller)?;
+/// What `RTLD_NEXT` finds for the caller: the definition in the first object after it, in
+/// load order, that defines `symbol` (with `version`). Each candidate is pinned while it is
+/// read, so a concurrent `dlclose` cannot unmap it under us.
+pub fn next_definition(caller: usize, symbol: &CStr, version: Option<&CStr>) -> Option<usize> {
+    let name = symbol.to_str().ok()?;
+    let ver = match version {
+        Some(v) => Some(v.to_str().ok()?),
+        None => None,
+    };
     let snap = elf::snapshot();
-    // SAFETY: link maps stay valid while their objects are loaded; we only follow l_next.
-    let mut cur = unsafe { (*map).l_next };
-    let mut guard = 0;
-    while !cur.is_null() && guard < 65536 {
-        guard += 1;
-        // SAFETY: `cur` is a live link map of the loader's list.
-        let (base, name) = unsafe { ((*cur).l_addr, (*cur).l_name) };
-        let name = if name.is_null() {
-            String::new()
-        } else {
-            // SAFETY: l_name is a NUL-terminated string owned by the loader.
-            unsafe { CStr::from_ptr(name) }
-                .to_string_lossy()
-                .into_owned()
+    let at = snap.objects.iter().position(|o| o.contains(caller))?;
+    for obj in &snap.objects[at + 1..] {
+        let Some(pin) = Pin::object(obj) else {
+            continue;
         };
-        if let Some(obj) = snap
-            .objects
-            .iter()
-            .find(|o| o.base == base && o.name == name)
-        {
-            if elf::defines(obj, symbol, version) {
-                return Some(cur.cast());
+        if elf::defines(obj, name, ver) {
+            let found = pin.lookup(symbol, version);
+            if found != 0 {
+                return Some(found);
             }
         }
-        // SAFETY: as above.
-        cur = unsafe { (*cur).l_next };
     }
     None
+}
+
+/// The caller's own handle (its link map), for lookups in the caller's scope; `None` for our own
+/// object.
+pub fn handle_of(caller: usize) -> Option<*mut c_void> {
+    let map = link_map_of(caller)?;
+    let own = link_map_of(handle_of as *const () as usize)?;
+    (map != own).then_some(map.cast())
 }

@@ -21,7 +21,7 @@ macro_rules! entry {
         #[unsafe(naked)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             #[cfg(target_arch = "x86_64")]
-            core::arch::naked_asm!(concat!("mov ", $x86_reg, ", [rsp]"), "jmp {t}", t = sym $target);
+            core::arch::naked_asm!("endbr64", concat!("mov ", $x86_reg, ", [rsp]"), "jmp {t}", t = sym $target);
             #[cfg(target_arch = "aarch64")]
             core::arch::naked_asm!(concat!("mov ", $arm_reg, ", x30"), "b {t}", t = sym $target);
         }

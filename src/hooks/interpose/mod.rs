@@ -118,8 +118,9 @@ fn guarded<R>(f: impl FnOnce() -> R, plain: impl FnOnce() -> R) -> R {
 fn open_as_caller(
     caller: usize,
     file: *const c_char,
-    open: &dyn Fn(*const c_char) -> *mut c_void,
+    open_with: &dyn Fn(*const c_char, c_int) -> *mut c_void,
 ) -> *mut c_void {
+    let open = |f: *const c_char| open_with(f, 0);
     if file.is_null() {
         return open(file);
     }
@@ -147,6 +148,18 @@ fn open_as_caller(
     let dirs = caller::caller_only_dirs(caller);
     if dirs.is_empty() {
         return open(file);
+    }
+    // A library already loaded under this name (its soname) is what glibc returns first, before
+    // any directory search.
+    let loaded = open_with(file, libc::RTLD_NOLOAD);
+    if !loaded.is_null() {
+        let handle = open(file);
+        // SAFETY: drops the extra reference the probe took.
+        #[allow(unsafe_code)]
+        unsafe {
+            real_dlclose()(loaded)
+        };
+        return handle;
     }
     for dir in dirs {
         let mut path = dir.into_bytes();
@@ -200,7 +213,7 @@ fn open_and_patch(
     caller: usize,
     file: *const c_char,
     namespace: c_long,
-    open: &dyn Fn(*const c_char) -> *mut c_void,
+    open: &dyn Fn(*const c_char, c_int) -> *mut c_void,
 ) -> *mut c_void {
     guarded(
         || {
@@ -214,7 +227,7 @@ fn open_and_patch(
             }
             handle
         },
-        || open(file),
+        || open(file, 0),
     )
 }
 
@@ -226,7 +239,7 @@ pub(super) extern "C" fn dlopen_from(
 ) -> *mut c_void {
     // SAFETY: the real dlopen with the caller's own arguments.
     #[allow(unsafe_code)]
-    let open = |f: *const c_char| unsafe { real_dlopen()(f, mode) };
+    let open = |f: *const c_char, extra: c_int| unsafe { real_dlopen()(f, mode | extra) };
     open_and_patch(caller, file, libc::LM_ID_BASE, &open)
 }
 
@@ -239,7 +252,7 @@ pub(super) extern "C" fn dlmopen_from(
 ) -> *mut c_void {
     // SAFETY: the real dlmopen with the caller's own arguments.
     #[allow(unsafe_code)]
-    let open = |f: *const c_char| unsafe { real_dlmopen()(lmid, f, mode) };
+    let open = |f: *const c_char, extra: c_int| unsafe { real_dlmopen()(lmid, f, mode | extra) };
     open_and_patch(caller, file, lmid, &open)
 }
 
@@ -290,11 +303,18 @@ fn lookup_as_caller(
     };
     guarded(
         || {
-            let found = if handle == libc::RTLD_NEXT && !symbol.is_null() {
+            let mut found = if handle == libc::RTLD_NEXT && !symbol.is_null() {
                 next_as_caller(symbol, version, caller, &plain)
             } else {
                 plain(handle)
             };
+            // RTLD_DEFAULT searches the caller's scope: the global scope, then the caller's own
+            // dependencies (a library loaded RTLD_LOCAL finds its own dependencies' symbols).
+            if found.is_null() && handle == libc::RTLD_DEFAULT {
+                if let Some(own) = caller::handle_of(caller) {
+                    found = plain(own);
+                }
+            }
             substitute(found as usize) as *mut c_void
         },
         || plain(handle),
@@ -312,15 +332,13 @@ fn next_as_caller(
     #[allow(unsafe_code)]
     let (name, ver) = unsafe {
         (
-            CStr::from_ptr(symbol).to_str().ok(),
-            (!version.is_null())
-                .then(|| CStr::from_ptr(version).to_str().ok())
-                .flatten(),
+            Some(CStr::from_ptr(symbol)),
+            (!version.is_null()).then(|| CStr::from_ptr(version)),
         )
     };
     if let Some(name) = name {
-        if let Some(handle) = caller::next_definitions(caller, name, ver) {
-            return plain(handle);
+        if let Some(found) = caller::next_definition(caller, name, ver) {
+            return found as *mut c_void;
         }
     }
     // Nothing after the caller defines it: let the loader fail the same lookup relative to us,
