@@ -342,5 +342,8 @@ fn registry_reuse_callbacks_and_api_errors() {
         "null_handler_refused",
         "bad_events_refused",
         "null_info_refused",
+        "refused_free_error_unchanged",
+        "refused_free_reannounced",
+        "refused_free_still_registered",
     ]);
 }

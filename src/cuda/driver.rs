@@ -61,7 +61,11 @@ fn resolve(name: &CStr) -> usize {
                 }
             }
         }
-        libc::dlerror();
+        if p == 0 {
+            // Only failed lookups leave a message; never touch the application's dlerror
+            // state otherwise.
+            libc::dlerror();
+        }
         p
     }
 }

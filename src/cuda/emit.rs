@@ -17,8 +17,10 @@ use super::driver;
 #[derive(Debug)]
 pub enum Pending {
     Nothing,
-    /// A free was announced; if the real free fails, the record goes back into the registry.
+    /// A free was announced; if the real free fails, the allocation is announced again.
     Announced(Allocation),
+    /// An unmap of a span was announced; if it fails, the span is announced again.
+    AnnouncedSpan(MemEvent),
     /// A free of an unknown pointer, to announce once the real free succeeded.
     Unknown(MemEvent),
 }
@@ -98,7 +100,7 @@ pub fn unmap_before(api: &'static CStr, address: usize, size: usize) -> Pending 
         }
     };
     events::dispatch(&ev);
-    Pending::Nothing
+    Pending::AnnouncedSpan(ev)
 }
 
 fn free_event(
@@ -123,6 +125,9 @@ fn free_event(
 /// teardown and are never purged).
 pub fn purge_before(api: &'static CStr, pred: impl Fn(&Allocation) -> bool) -> Pending {
     driver::contexts_changed();
+    if registry::global().is_empty() {
+        return Pending::Nothing;
+    }
     let mut doomed = Vec::new();
     registry::global().for_each(|a| {
         if a.flags & flags::VMM == 0 && pred(&a) {
@@ -141,9 +146,22 @@ pub fn settle(pending: Pending, ok: bool) {
         Pending::Nothing => {}
         Pending::Announced(record) => {
             if !ok {
-                // The driver refused the free: the memory is still allocated.
-                registry::global().insert(record);
+                // The driver refused the free: the memory is still allocated. Subscribers heard
+                // the free, so they hear the allocation again (flagged EXISTING); the registry
+                // takes it back from that event.
                 registry::note_failed_free();
+                let mut ev = record.to_event();
+                ev.flags |= flags::EXISTING;
+                events::dispatch(&ev);
+            }
+        }
+        Pending::AnnouncedSpan(free) => {
+            if !ok {
+                registry::note_failed_free();
+                let mut ev = free;
+                ev.kind = EventKind::Alloc;
+                ev.flags |= flags::EXISTING;
+                events::dispatch(&ev);
             }
         }
         Pending::Unknown(ev) => {

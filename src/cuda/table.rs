@@ -212,9 +212,9 @@ cuda_hooks! {
     cuCtxDestroy [DriverTeardown, "cuCtxDestroy"] (ctx: CUcontext) -> CUresult,
         before => emit::purge_before(API, |a| a.context == ctx as usize);
     cuDevicePrimaryCtxReset_v2 [DriverTeardown, "cuDevicePrimaryCtxReset"] (dev: CUdevice) -> CUresult,
-        before => emit::purge_before(API, |a| a.device == dev);
+        before => emit::purge_before(API, |a| dev >= 0 && a.device == dev);
     cuDevicePrimaryCtxReset [DriverTeardown, "cuDevicePrimaryCtxReset"] (dev: CUdevice) -> CUresult,
-        before => emit::purge_before(API, |a| a.device == dev);
+        before => emit::purge_before(API, |a| dev >= 0 && a.device == dev);
 
     // ---- runtime --------------------------------------------------------------------------
     cudaMalloc [Runtime, "cudaMalloc"] (p: *mut *mut c_void, size: usize) -> CudaError,
@@ -248,7 +248,7 @@ cuda_hooks! {
     cudaHostUnregister [Runtime, "cudaHostUnregister"] (p: *mut c_void) -> CudaError,
         before => emit::free_before(API, p as usize, 0, 0);
     cudaDeviceReset [Runtime, "cudaDeviceReset"] () -> CudaError,
-        before => { let dev = super::super::driver::current_device(); emit::purge_before(API, |a| a.device == dev) };
+        before => { let dev = super::super::driver::current_device(); emit::purge_before(API, |a| dev >= 0 && a.device == dev) };
 
     // ---- entry-point lookup: every pointer handed out is mapped to its hook ------------------
     cuGetProcAddress [Resolution, "cuGetProcAddress"] (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, proc_flags: c_ulonglong) -> CUresult,
