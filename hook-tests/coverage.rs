@@ -32,6 +32,8 @@ fn shared_runtime(symbol: &str) -> &str {
     match symbol {
         "cudaGetDriverEntryPoint" => "cuMemAlloc_v2",
         "cudaGetDriverEntryPointByVersion" => "cuMemAllocAsync_ptsz",
+        "cudaGetDriverEntryPoint_ptsz" => "cuMemAllocAsync_ptsz",
+        "cudaGetDriverEntryPointByVersion_ptsz" => "cuMemAlloc_v2",
         s => s,
     }
 }

@@ -259,6 +259,10 @@ cuda_hooks! {
         after => procaddress::map_output(pfn);
     cudaGetDriverEntryPointByVersion [Resolution, "cudaGetDriverEntryPointByVersion"] (symbol: *const c_char, pfn: *mut *mut c_void, version: c_uint, proc_flags: c_ulonglong, status: *mut c_int) -> CudaError,
         after => procaddress::map_output(pfn);
+    cudaGetDriverEntryPoint_ptsz [Resolution, "cudaGetDriverEntryPoint"] (symbol: *const c_char, pfn: *mut *mut c_void, proc_flags: c_ulonglong, status: *mut c_int) -> CudaError,
+        after => procaddress::map_output(pfn);
+    cudaGetDriverEntryPointByVersion_ptsz [Resolution, "cudaGetDriverEntryPointByVersion"] (symbol: *const c_char, pfn: *mut *mut c_void, version: c_uint, proc_flags: c_ulonglong, status: *mut c_int) -> CudaError,
+        after => procaddress::map_output(pfn);
 }
 
 /// The published original of a table symbol (0 when unknown).
