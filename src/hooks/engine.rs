@@ -234,6 +234,8 @@ pub(crate) fn uninstall(id: u64) -> Result<UninstallReport> {
             st.restore(dl_id)?;
         }
     }
+    // Dropping our pins may have been the last reference of an object closed meanwhile.
+    st.catch_up();
     Ok(report)
 }
 
@@ -559,6 +561,7 @@ impl State {
             }
         };
         let mut written = 0;
+        let batch_start = self.journal.entries().len();
         for p in plans {
             let name = p.index.object.display_name();
             let mut expected = p.expected;
@@ -606,7 +609,41 @@ impl State {
                 }
             }
         }
+        self.recheck(batch_start, &maps);
         written
+    }
+
+    /// A thread already inside the lazy-binding resolver for a slot we just patched writes the
+    /// resolved function over our hook when it finishes. Look at the slots of this batch once
+    /// more and patch again any that now hold exactly their original.
+    fn recheck(&mut self, batch_start: usize, maps: &ProtectionMap) {
+        let end = self.journal.entries().len();
+        for i in batch_start..end {
+            let e = self.journal.entries()[i].clone();
+            // SAFETY: the object is still pinned by the caller and the slot was just written.
+            #[allow(unsafe_code)]
+            let now = unsafe { read_slot(e.address) };
+            if now == e.new {
+                continue;
+            }
+            let original = self.sets.iter().find(|s| s.id == e.set_id).and_then(|s| {
+                s.set
+                    .hooks
+                    .iter()
+                    .find(|h| h.symbol() == &*e.symbol)
+                    .map(|h| h.original.get())
+            });
+            if original == Some(now) {
+                // SAFETY: as above; patch lock held.
+                #[allow(unsafe_code)]
+                let again = unsafe {
+                    compare_and_write(maps, e.object.display_name(), e.address, now, e.new)
+                };
+                if matches!(again, Ok(SlotWrite::Written { .. })) {
+                    self.diag.resolver_races += 1;
+                }
+            }
+        }
     }
 
     /// Every live patch.
