@@ -4,5 +4,9 @@
 mod cli;
 
 fn main() {
+    // Like other command-line tools, end quietly when the reader of our output goes away
+    // (`cuhook demo | head`) instead of panicking on a broken pipe.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     std::process::exit(cli::main(std::env::args_os().skip(1).collect()));
 }
