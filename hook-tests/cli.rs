@@ -138,9 +138,9 @@ fn run_passes_the_exit_status_through() {
     assert!(text(&out.stderr).contains("cannot run /nonexistent/program"));
 }
 
-#[test]
-fn bad_environment_values_warn_and_keep_working() {
-    let trace = temp("bad-env.jsonl");
+/// `cuhook run --trace … -- demo_driver` with extra environment: the output and the trace lines.
+fn traced_demo_driver(name: &str, env: &[(&str, &str)]) -> (Output, Vec<String>) {
+    let trace = temp(name);
     let _ = std::fs::remove_file(&trace);
     let out = cuhook(
         &[
@@ -150,41 +150,34 @@ fn bad_environment_values_warn_and_keep_working() {
             "--",
             &fixture("demo_driver"),
         ],
-        &[("CUHOOK_LOG", "loud")],
+        env,
     );
+    let lines = std::fs::read_to_string(&trace)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let _ = std::fs::remove_file(&trace);
+    (out, lines)
+}
+
+#[test]
+fn bad_environment_values_warn_and_keep_working() {
+    let (out, trace) = traced_demo_driver("bad-env.jsonl", &[("CUHOOK_LOG", "loud")]);
     assert_eq!(out.status.code(), Some(0));
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains("CUHOOK_LOG=\"loud\" is not valid (accepted: error|warn|info|debug|trace)"),
         "{stderr}"
     );
-    assert!(
-        std::fs::read_to_string(&trace)
-            .unwrap_or_default()
-            .lines()
-            .count()
-            >= 10,
-        "hooks still installed"
-    );
-    let _ = std::fs::remove_file(&trace);
+    assert!(trace.len() >= 10, "hooks still installed: {trace:?}");
 }
 
 #[test]
 fn disable_switch_installs_nothing() {
-    let trace = temp("disabled.jsonl");
-    let _ = std::fs::remove_file(&trace);
-    let out = cuhook(
-        &[
-            "run",
-            "--trace",
-            trace.to_str().unwrap(),
-            "--",
-            &fixture("demo_driver"),
-        ],
-        &[("CUHOOK_DISABLE", "1")],
-    );
+    let (out, trace) = traced_demo_driver("disabled.jsonl", &[("CUHOOK_DISABLE", "1")]);
     assert_eq!(out.status.code(), Some(0));
-    assert!(!trace.exists() || std::fs::read_to_string(&trace).unwrap().is_empty());
+    assert!(trace.is_empty(), "{trace:?}");
     assert!(text(&out.stderr).contains("left no report"));
 }
 

@@ -3,12 +3,7 @@
 # cuhook, judge every call. Usage: hook-tests/gpu/run.sh LIBCUHOOK_SO [OUTDIR]
 # Needs: nvcc, a GPU, python3. Prints one line per (symbol, build): the api cuhook reported.
 set -u
-here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-lib="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
-out="${2:-$(mktemp -d)}"
-mkdir -p "$out"
-inc=(-I "$root/include" -I "$root/fixtures/engine")
+source "$(dirname "$0")/common.sh"
 builds=(
     "static::"
     "shared:--runtime-api:-cudart shared"
@@ -23,7 +18,7 @@ for b in "${builds[@]}"; do
     if ! nvcc -O2 -arch=native $nvflags "${inc[@]}" -o "$out/workload_$name" "$here/workload.cu" -lcuda -ldl 2>"$out/build_$name.log"; then
         echo "BUILD FAILED $name"; cat "$out/build_$name.log"; status=1; continue
     fi
-    CUHOOK_LIB="$lib" "$out/workload_$name" >"$out/run_$name.txt" 2>&1
+    "$out/workload_$name" >"$out/run_$name.txt" 2>&1
     echo "== $name (exit $?)"
     python3 "$here/check.py" "$name" "$out/run_$name.txt" $flag || status=1
 done
