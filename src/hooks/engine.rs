@@ -132,11 +132,7 @@ pub(crate) fn install(set: &HookSet) -> Result<u64> {
     let dl_set = dl_hook_set();
     st.want(&dl_set);
     st.want(set);
-    let snap = elf::snapshot();
-    let (all, new) = st.refresh(&snap.objects);
-    st.last_counters = snap.counters;
-    // Objects loaded since the last scan get the sets that were already installed.
-    st.patch_new(&new);
+    let (all, _) = st.sync();
     // The loader interposers come with the first set, so later dlopens get patched too.
     if !st.sets.iter().any(|s| s.set.name == DL_SET_NAME) {
         let dl = st.add_set(dl_set);
@@ -148,8 +144,9 @@ pub(crate) fn install(set: &HookSet) -> Result<u64> {
     Ok(id)
 }
 
-/// Patch objects loaded since the last scan with every installed set. Cheap when nothing was
-/// loaded (one `dl_iterate_phdr` step). `patience`: how long to wait for a busy engine.
+/// Bring the engine in step with the loader: patch objects loaded since the last scan with every
+/// installed set, forget objects that were unloaded. Cheap when nothing changed (one
+/// `dl_iterate_phdr` step, no lock). `patience`: how long to wait for a busy engine.
 pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
     // Fast path: nothing was loaded or unloaded since the last scan (no lock, no allocation).
     let now = elf::counters();
@@ -165,26 +162,6 @@ pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
         return Err(busy());
     };
     Ok(op.state().catch_up())
-}
-
-/// Forget objects that were unloaded (after `dlclose`).
-pub(crate) fn forget_unloaded(patience: Option<Duration>) -> Result<usize> {
-    // Fast path: nothing was unloaded since the last scan.
-    if elf::counters().subs == SCANNED_SUBS.load(Ordering::Acquire) {
-        return Ok(0);
-    }
-    let mut op = Operation::begin(patience).ok_or_else(busy)?;
-    let st = op.state();
-    let snap = elf::snapshot();
-    let before = st.known.len();
-    let (_, new) = st.refresh(&snap.objects);
-    st.last_counters = snap.counters;
-    let forgotten = (before + new.len()).saturating_sub(st.known.len());
-    // Objects another thread loaded meanwhile are new here: patch them now, since its own
-    // rescan will find the counters already up to date.
-    st.patch_new(&new);
-    st.catch_up();
-    Ok(forgotten)
 }
 
 /// Record that `object` was opened into another namespace and is not patched.
@@ -405,12 +382,20 @@ impl State {
                 break;
             }
             self.diag.rescans += 1;
-            let snap = elf::snapshot();
-            let (_, new) = self.refresh(&snap.objects);
-            self.last_counters = snap.counters;
-            patched += self.patch_new(&new);
+            patched += self.sync().1;
         }
         patched
+    }
+
+    /// Take a snapshot of the loaded objects and sync with it: unloaded objects are forgotten,
+    /// new ones indexed and patched with every installed set. Returns every known object and
+    /// the number of slots patched.
+    fn sync(&mut self) -> (Vec<Arc<ObjectIndex>>, usize) {
+        let snap = elf::snapshot();
+        let (all, new) = self.refresh(&snap.objects);
+        self.last_counters = snap.counters;
+        let patched = self.patch_new(&new);
+        (all, patched)
     }
 
     /// Patch objects that appeared since the last scan with every installed set, and note those
@@ -653,10 +638,6 @@ impl State {
 
     pub(crate) fn set_name(&self, id: u64) -> Option<&str> {
         self.sets.iter().find(|s| s.id == id).map(|s| s.set.name())
-    }
-
-    pub(crate) fn installed_ids(&self) -> Vec<u64> {
-        self.sets.iter().map(|s| s.id).collect()
     }
 }
 

@@ -93,16 +93,11 @@ pub fn uninstall_id(id: u64) -> Result<UninstallReport> {
     engine::uninstall(id)
 }
 
-/// Patch objects loaded since the last scan with every installed set. Returns how many slots
-/// were patched. `patience`: how long to wait if another thread is patching (None: forever).
+/// Patch objects loaded since the last scan with every installed set, and forget objects that
+/// were unloaded (nothing is ever written to them again). Returns how many slots were patched.
+/// `patience`: how long to wait if another thread is patching (None: forever).
 pub fn rescan(patience: Option<Duration>) -> Result<usize> {
     engine::rescan(patience)
-}
-
-/// After objects were unloaded: drop them from the cache and the journal, so nothing is ever
-/// written to memory that is no longer theirs.
-pub fn forget_unloaded(patience: Option<Duration>) -> Result<usize> {
-    engine::forget_unloaded(patience)
 }
 
 /// One patched slot, for diagnostics and tests.
@@ -144,9 +139,4 @@ pub fn patched_slots() -> Vec<PatchedSlot> {
 /// What the engine noticed so far (skipped objects, conflicts, foreign re-patches, ...).
 pub fn diagnostics() -> Diagnostics {
     engine::with_state(|st| st.diag.clone()).unwrap_or_default()
-}
-
-/// Ids of the installed sets.
-pub fn installed() -> Vec<u64> {
-    engine::with_state(|st| st.installed_ids()).unwrap_or_default()
 }

@@ -262,7 +262,7 @@ pub(super) extern "C" fn dlclose_from(handle: *mut c_void, _caller: usize) -> c_
     #[allow(unsafe_code)]
     let rc = unsafe { real_dlclose()(handle) };
     if rc == 0 {
-        let _ = catch_unwind(|| super::engine::forget_unloaded(Some(PATIENCE)));
+        let _ = catch_unwind(|| super::engine::rescan(Some(PATIENCE)));
     }
     rc
 }
