@@ -1,15 +1,9 @@
 //! [`Driver`] over the process's own `libcuda.so.1` (the real driver, or the fake one in tests).
 //!
-//! Every function comes from one object: the one that defines `cuPointerGetAttributes` in the
-//! global scope, else the one that defines the original of the hooked `cuMemAlloc_v2` (a
-//! libcuda loaded `RTLD_LOCAL`, e.g. by the static CUDA runtime), else an already loaded
-//! `libcuda.so.1`. Symbols are looked up with `dlsym`, so these are the driver's real
-//! functions: GOT patching never changes what `dlsym` returns to cuhook's own object, and none
-//! of these functions is hooked anyway. cudarc's dynamic loader is never used (it panics when
-//! no driver is installed).
-//!
-//! The object found stays pinned (its `dlopen(RTLD_NOLOAD)` reference is never dropped), so the
-//! function addresses kept here can never dangle.
+//! Every function comes from the driver object `cuda::driver` resolves its own helpers from
+//! (pinned, so the addresses kept here never dangle; looked up with `dlsym`, so they are the
+//! driver's real functions). cudarc's dynamic loader is never used (it panics when no driver is
+//! installed).
 //!
 //! # Safety
 //! Each address is what `dlsym` returned for the named driver function, and it is only ever
@@ -85,65 +79,15 @@ impl LibCuda {
     }
 }
 
-/// A handle for the object containing `address`, pinned (`RTLD_NOLOAD`: never loads anything).
-///
-/// # Safety
-/// `address` is any address; `dladdr` only reads the loader's tables.
-unsafe fn object_of(address: usize) -> *mut c_void {
-    // SAFETY: a zeroed Dl_info is a valid out-parameter; dladdr fills it or leaves it.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr reads the loader's tables only; dli_fname is NUL-terminated when set.
-    unsafe {
-        if libc::dladdr(address as *const c_void, &mut info) == 0 || info.dli_fname.is_null() {
-            return std::ptr::null_mut();
-        }
-        libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD)
-    }
-}
-
-/// The object to take every driver function from, or null when no driver is loaded.
-fn find_driver_object() -> *mut c_void {
-    let probe = NAMES[Fn::PointerGetAttributes as usize];
-    // SAFETY: dlsym/dlopen with NUL-terminated names; RTLD_NOLOAD never loads an object.
-    unsafe {
-        let global = libc::dlsym(libc::RTLD_DEFAULT, probe.as_ptr()) as usize;
-        if global != 0 {
-            let h = object_of(global);
-            // Should dladdr fail, the global scope itself still finds the same functions.
-            return if h.is_null() { libc::RTLD_DEFAULT } else { h };
-        }
-        let anchor = crate::cuda::table::original_of("cuMemAlloc_v2");
-        if anchor != 0 {
-            let h = object_of(anchor);
-            if !h.is_null() {
-                return h;
-            }
-        }
-        libc::dlopen(
-            c"libcuda.so.1".as_ptr(),
-            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
-        )
-    }
-}
-
 impl Driver for LibCuda {
     fn resolve(&self) -> bool {
         if REQUIRED.iter().all(|&f| self.get(f).is_some()) {
             return true;
         }
-        let object = find_driver_object();
-        if object.is_null() {
-            // SAFETY: clears the error our failed lookups left, so the application never sees it.
-            unsafe { libc::dlerror() };
+        let mut found = [0usize; NAMES.len()];
+        if !crate::cuda::driver::resolve_all(&NAMES, &mut found) {
             return false;
         }
-        let mut found = [0usize; NAMES.len()];
-        for (slot, name) in found.iter_mut().zip(NAMES) {
-            // SAFETY: `object` is a live handle (pinned) or RTLD_DEFAULT; the name is a C string.
-            *slot = unsafe { libc::dlsym(object, name.as_ptr()) } as usize;
-        }
-        // SAFETY: as above.
-        unsafe { libc::dlerror() };
         if REQUIRED.iter().any(|&f| found[f as usize] == 0) {
             return false;
         }
