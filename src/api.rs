@@ -79,10 +79,13 @@ pub fn subscribe_with_existing(
     callback: fn(&MemEvent, usize),
     context: usize,
 ) -> Result<Subscription> {
-    let id =
-        events::subscribe_with_replay(mask, priority, Callback::Rust(callback), context, |emit| {
-            registry::global().for_each(|a| emit(&a.to_event()));
-        })?;
+    let id = events::subscribe_with_replay(
+        mask,
+        priority,
+        Callback::Rust(callback),
+        context,
+        registry::replay_existing,
+    )?;
     Ok(Subscription { id: Some(id) })
 }
 

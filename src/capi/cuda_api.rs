@@ -46,14 +46,10 @@ pub struct CMemInfo {
 /// `cuhook_event_callback_t`.
 pub type CCallback = unsafe extern "C" fn(event: c_int, ev: *const CMemEvent, arg: *mut c_void);
 
-fn install_once() -> Result<()> {
-    crate::cuda::install_global()
-}
-
 /// Install the CUDA hooks and the registry. Idempotent.
 #[no_mangle]
 pub extern "C" fn cuhook_install() -> c_int {
-    ffi_call(|| install_once().map(|_| CUHOOK_OK))
+    ffi_call(|| crate::cuda::install_global().map(|_| CUHOOK_OK))
 }
 
 /// Restore every slot the CUDA hooks patched.
@@ -123,12 +119,16 @@ pub unsafe extern "C" fn cuhook_set_event_handler(
         let callback = foreign(cb)?;
         let mask = mask_of(events)?;
         if events & FLAG_NO_INSTALL == 0 {
-            install_once()?;
+            crate::cuda::install_global()?;
         }
         if events & FLAG_EXISTING_ALLOC != 0 {
-            events::subscribe_with_replay(mask, priority, callback, arg as usize, |emit| {
-                registry::global().for_each(|a| emit(&a.to_event()));
-            })?;
+            events::subscribe_with_replay(
+                mask,
+                priority,
+                callback,
+                arg as usize,
+                registry::replay_existing,
+            )?;
         } else {
             events::subscribe(mask, priority, callback, arg as usize)?;
         }

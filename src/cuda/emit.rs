@@ -111,13 +111,15 @@ fn free_event(
     extra_flags: u32,
     stream: usize,
 ) -> MemEvent {
-    let mut ev = MemEvent::new(EventKind::Free, address, size, api);
-    ev.mem_type = r.mem_type;
-    ev.device = r.device;
-    ev.flags = r.flags | extra_flags;
-    ev.stream = if stream != 0 { stream } else { r.stream };
-    ev.pool = r.pool;
-    ev.context = r.context;
+    let mut ev = r.to_event();
+    ev.kind = EventKind::Free;
+    ev.address = address;
+    ev.size = size;
+    ev.api = api;
+    ev.flags |= extra_flags;
+    if stream != 0 {
+        ev.stream = stream;
+    }
     ev
 }
 

@@ -40,7 +40,7 @@ pub fn substitute(address: usize) -> usize {
     interpose::substitute(address)
 }
 pub use set::{Hook, HookSet, OriginalStore};
-pub use skip::{exclude_list, set_exclude_list, SkipReason};
+pub use skip::{exclude_list, set_exclude_list, skip_reason, SkipReason};
 
 use crate::elf::RelocKind;
 use crate::Result;

@@ -54,6 +54,12 @@ pub fn attach() -> Result<()> {
     Ok(())
 }
 
+/// Feed every range the registry holds to `emit` as an alloc event: the replay a new subscriber
+/// that asks for existing allocations receives.
+pub fn replay_existing(emit: &mut dyn FnMut(&crate::events::MemEvent)) {
+    GLOBAL.for_each(|a| emit(&a.to_event()));
+}
+
 /// A free of a pointer the registry never saw (allocated before install).
 pub fn note_unknown_free() {
     UNKNOWN_FREES.fetch_add(1, Ordering::Relaxed);

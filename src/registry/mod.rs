@@ -60,7 +60,8 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::events::{MemEvent, MemType};
 pub use global::{
-    attach, global, note_failed_free, note_unknown_free, stats, RegistryStats, PRIORITY,
+    attach, global, note_failed_free, note_unknown_free, replay_existing, stats, RegistryStats,
+    PRIORITY,
 };
 use latch::Latch;
 use node::Root;

@@ -35,7 +35,7 @@ fn static_runtimes() -> Vec<String> {
         .iter()
         .filter(|o| {
             !o.name.contains("libcudart")
-                && !o.contains(static_runtimes as *const () as usize)
+                && hooks::skip_reason(o, &[]).is_none()
                 && !elf::defines(o, "cuGetProcAddress_v2", None)
                 && elf::segments_contain(o, b"cuGetProcAddress_v2\0")
         })
