@@ -63,8 +63,6 @@ pub struct Slot {
     /// Absolute address of the 8-byte slot.
     pub address: usize,
     pub kind: RelocKind,
-    /// The symbol is defined in this very object (self-reference through the GOT).
-    pub defined_here: bool,
     /// For an undefined symbol with a nonzero value (a non-PIE executable's canonical PLT entry
     /// for an address-taken function): that absolute address. Other objects' slots bound to it
     /// reach the function through this executable's own slot.
@@ -159,7 +157,6 @@ impl ObjectIndex {
                     slot: Slot {
                         address,
                         kind,
-                        defined_here,
                         canonical_plt,
                     },
                 });
