@@ -1,0 +1,284 @@
+//! The writer's side of the page table: linking a range's slots, rewriting the slots of a range
+//! that is trimmed, split or removed, and collecting the ranges in a span. Runs under the writer
+//! lock only.
+//!
+//! Every change a reader can see is one slot store, made after everything it points to is
+//! complete: a record is filled before its first slot links it, a shared granule gets a new
+//! chain (the old one is recycled), and a block whose content changes from one range to
+//! pieces of it gets a child table built aside and then swapped in. So a lookup of a byte that
+//! stays allocated through a trim or split always finds it.
+#![deny(unsafe_code)]
+
+use core::sync::atomic::{AtomicUsize, Ordering::Relaxed, Ordering::Release};
+
+use super::record::Record;
+use super::slab::Ptr;
+use super::table::{
+    ptr_of, slot_of, tag, target, Bucket, Table, BUCKET, BUCKET_CAP, EMPTY, FAN, LEAF, REC,
+    SHIFT, TAB, TOP_SLOTS,
+};
+use super::write::Writer;
+
+/// A piece of a range being rewritten: its new record and `[lo, hi]`.
+pub(super) type Piece = (Ptr<Record>, usize, usize);
+
+/// The slots of one table, with its count of non-empty slots (none for the top table).
+#[derive(Clone, Copy)]
+pub(super) struct Level<'a> {
+    pub(super) slots: &'a [AtomicUsize],
+    pub(super) used: Option<&'a AtomicUsize>,
+    pub(super) level: usize,
+    /// First address of slot 0.
+    pub(super) base: usize,
+}
+
+impl<'a> Level<'a> {
+    fn child(t: &'a Table, level: usize, base: usize) -> Self {
+        Level {
+            slots: &t.slots,
+            used: Some(&t.used),
+            level,
+            base,
+        }
+    }
+
+    /// Indices of the slots meeting `[lo, hi]` (which meets this table's block).
+    fn span(&self, lo: usize, hi: usize) -> core::ops::RangeInclusive<usize> {
+        let sh = SHIFT[self.level];
+        let n = if self.level == 0 { TOP_SLOTS } else { FAN };
+        let first = lo.saturating_sub(self.base) >> sh;
+        let last = ((hi - self.base) >> sh).min(n - 1);
+        first..=last
+    }
+
+    /// The block of slot `i`, `[lo, hi]`.
+    fn block(&self, i: usize) -> (usize, usize) {
+        let sh = SHIFT[self.level];
+        let lo = self.base + (i << sh);
+        (lo, lo + ((1usize << sh) - 1))
+    }
+
+    /// Stores `v` in slot `i`, keeping the table's count of used slots.
+    fn set(&self, i: usize, v: usize) {
+        let old = self.slots[i].load(Relaxed);
+        if let Some(used) = self.used {
+            match (old == EMPTY, v == EMPTY) {
+                (true, false) => used.store(used.load(Relaxed) + 1, Relaxed),
+                (false, true) => used.store(used.load(Relaxed) - 1, Relaxed),
+                _ => {}
+            }
+        }
+        // Release: what `v` points to is complete before a reader can load it.
+        self.slots[i].store(v, Release);
+    }
+}
+
+/// Which of `pieces` covers all of `[lo, hi]`, if one does, and whether any touches it.
+fn cover(pieces: &[Piece], lo: usize, hi: usize) -> (Option<Ptr<Record>>, bool) {
+    let whole = pieces
+        .iter()
+        .find(|p| p.1 <= lo && hi <= p.2)
+        .map(|p| p.0);
+    (whole, pieces.iter().any(|p| p.1 <= hi && p.2 >= lo))
+}
+
+impl Writer {
+    fn new_table(&mut self) -> Ptr<Table> {
+        // Recycled tables were freed empty (every slot EMPTY, count 0); fresh ones are empty.
+        self.tables.alloc()
+    }
+
+    /// Links `rec` into every slot of `[lo, hi]` below `at` (the range is clear there).
+    pub(super) fn link(&mut self, at: Level<'_>, lo: usize, hi: usize, rec: Ptr<Record>) {
+        for i in at.span(lo, hi) {
+            let (blo, bhi) = at.block(i);
+            if lo <= blo && bhi <= hi {
+                at.set(i, slot_of(rec, REC));
+            } else if at.level == LEAF {
+                self.granule_edit(at, i, None, &[rec]);
+            } else {
+                let cur = at.slots[i].load(Relaxed);
+                let child = match tag(cur) {
+                    TAB => target::<Table>(cur),
+                    EMPTY => {
+                        let t = self.new_table();
+                        at.set(i, slot_of(t, TAB));
+                        target::<Table>(slot_of(t, TAB))
+                    }
+                    _ => unreachable!("registry: link over a live range"),
+                };
+                self.link(Level::child(child, at.level + 1, blo), lo, hi, rec);
+            }
+        }
+    }
+
+    /// Replaces `old` (linked over `[olo, ohi]`) by `pieces` (sub-ranges of it, already filled
+    /// records) in every slot below `at`; frees tables left empty. `old` itself is not freed.
+    pub(super) fn rewrite(
+        &mut self,
+        at: Level<'_>,
+        olo: usize,
+        ohi: usize,
+        old: Ptr<Record>,
+        pieces: &[Piece],
+    ) {
+        for i in at.span(olo, ohi) {
+            let (blo, bhi) = at.block(i);
+            if olo <= blo && bhi <= ohi {
+                // `old` covered the whole block: one store gives it its new content.
+                match cover(pieces, blo, bhi) {
+                    (Some(p), _) => at.set(i, slot_of(p, REC)),
+                    (None, false) => at.set(i, EMPTY),
+                    (None, true) if at.level == LEAF => {
+                        self.granule_edit(at, i, Some(old), &touching(pieces, blo, bhi))
+                    }
+                    (None, true) => {
+                        let t = self.new_table();
+                        let tab = target::<Table>(slot_of(t, TAB));
+                        for &(p, lo, hi) in pieces {
+                            if lo <= bhi && hi >= blo {
+                                let inner = Level::child(tab, at.level + 1, blo);
+                                self.link(inner, lo.max(blo), hi.min(bhi), p);
+                            }
+                        }
+                        at.set(i, slot_of(t, TAB));
+                    }
+                }
+            } else if at.level == LEAF {
+                self.granule_edit(at, i, Some(old), &touching(pieces, blo, bhi));
+            } else {
+                let cur = at.slots[i].load(Relaxed);
+                debug_assert_eq!(tag(cur), TAB, "registry: partial block without a table");
+                if tag(cur) != TAB {
+                    continue;
+                }
+                let child = target::<Table>(cur);
+                self.rewrite(Level::child(child, at.level + 1, blo), olo, ohi, old, pieces);
+                if child.used.load(Relaxed) == 0 {
+                    at.set(i, EMPTY);
+                    self.tables.free(ptr_of(cur));
+                }
+            }
+        }
+    }
+
+    /// Gives granule slot `i` its ranges minus `remove` plus `add`, in one store.
+    fn granule_edit(
+        &mut self,
+        at: Level<'_>,
+        i: usize,
+        remove: Option<Ptr<Record>>,
+        add: &[Ptr<Record>],
+    ) {
+        let cur = at.slots[i].load(Relaxed);
+        let mut list = core::mem::take(&mut self.granule);
+        list.clear();
+        match tag(cur) {
+            REC => list.push(ptr_of(cur)),
+            BUCKET => target::<Bucket>(cur).collect(&mut list),
+            _ => {}
+        }
+        if let Some(r) = remove {
+            list.retain(|&p| p != r);
+        }
+        list.extend_from_slice(add);
+        let v = match list.len() {
+            0 => EMPTY,
+            1 => slot_of(list[0], REC),
+            _ => slot_of(self.chain(&list), BUCKET),
+        };
+        at.set(i, v);
+        if tag(cur) == BUCKET {
+            self.free_chain(ptr_of(cur));
+        }
+        self.granule = list;
+    }
+
+    /// A new chain of buckets listing `recs`.
+    fn chain(&mut self, recs: &[Ptr<Record>]) -> Ptr<Bucket> {
+        let mut next = None;
+        for part in recs.rchunks(BUCKET_CAP) {
+            let b = self.buckets.alloc();
+            target::<Bucket>(slot_of(b, BUCKET)).store(part, next);
+            next = Some(b);
+        }
+        next.expect("a chain lists at least two records")
+    }
+
+    fn free_chain(&mut self, head: Ptr<Bucket>) {
+        let mut b = Some(head);
+        while let Some(p) = b {
+            b = Ptr::new(target::<Bucket>(slot_of(p, BUCKET)).next.load(Relaxed));
+            self.buckets.free(p);
+        }
+    }
+
+    /// Appends every record linked below `at` in `[lo, hi]` to `out` (with repeats, and with
+    /// ranges of shared granules that may not meet the span).
+    pub(super) fn collect(at: Level<'_>, lo: usize, hi: usize, out: &mut Vec<Ptr<Record>>) {
+        for i in at.span(lo, hi) {
+            let cur = at.slots[i].load(Relaxed);
+            match tag(cur) {
+                REC => {
+                    let p = ptr_of(cur);
+                    if out.last() != Some(&p) {
+                        out.push(p);
+                    }
+                }
+                TAB => {
+                    let (blo, _) = at.block(i);
+                    let child = target::<Table>(cur);
+                    Self::collect(Level::child(child, at.level + 1, blo), lo, hi, out);
+                }
+                BUCKET => target::<Bucket>(cur).collect(out),
+                _ => {}
+            }
+        }
+    }
+
+    /// The record linked for `addr`, if a range contains it.
+    pub(super) fn locate(top: Level<'_>, addr: usize) -> Option<Ptr<Record>> {
+        let mut at = top;
+        loop {
+            let i = *at.span(addr, addr).start();
+            let cur = at.slots[i].load(Relaxed);
+            let holds = |p: Ptr<Record>| {
+                let (lo, hi) = target::<Record>(slot_of(p, REC)).span();
+                lo <= addr && addr <= hi
+            };
+            match tag(cur) {
+                REC => return Some(ptr_of(cur)).filter(|&p| holds(p)),
+                BUCKET => {
+                    let mut b = Some(target::<Bucket>(cur));
+                    while let Some(bucket) = b {
+                        let n = bucket.len.load(Relaxed).min(BUCKET_CAP);
+                        let found = bucket.recs[..n]
+                            .iter()
+                            .filter_map(|r| Ptr::new(r.load(Relaxed)))
+                            .find(|&p| holds(p));
+                        if found.is_some() {
+                            return found;
+                        }
+                        b = Ptr::new(bucket.next.load(Relaxed))
+                            .map(|p| target::<Bucket>(slot_of(p, BUCKET)));
+                    }
+                    return None;
+                }
+                TAB => {
+                    let (blo, _) = at.block(i);
+                    at = Level::child(target::<Table>(cur), at.level + 1, blo);
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// The records of `pieces` that touch `[lo, hi]`.
+fn touching(pieces: &[Piece], lo: usize, hi: usize) -> Vec<Ptr<Record>> {
+    pieces
+        .iter()
+        .filter(|p| p.1 <= hi && p.2 >= lo)
+        .map(|p| p.0)
+        .collect()
+}
