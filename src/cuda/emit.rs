@@ -1,9 +1,14 @@
-//! Turning a hooked call into events: what an alloc, a free, an unmap and a teardown dispatch.
+//! Turning a hooked call into registry updates and events: what an alloc, a free, an unmap and a
+//! teardown do.
 //!
-//! Alloc events are built after the real call succeeded; free events before the real free runs,
-//! with the size from the registry's record. A free of a pointer the registry never saw (made
-//! before install) cannot be announced in advance without knowing it is valid: it is dispatched
-//! after the real free succeeded, with size 0.
+//! The registry (when attached) is updated in the hook itself, before the event is dispatched:
+//! an allocation is inserted after the real call succeeded, a free removes its record first and
+//! the free event is built from that record (one registry operation per free), before the real
+//! free runs. Only successful calls change the registry: a free the driver refuses puts the
+//! record back, an unmap puts back exactly the pieces it took. A free of a pointer the registry
+//! never saw (made before install) cannot be announced in advance without knowing it is valid:
+//! it is dispatched after the real free succeeded, with size 0; likewise an unmap of a span the
+//! registry holds nothing of.
 
 use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -17,11 +22,15 @@ use super::driver;
 #[derive(Debug)]
 pub enum Pending {
     Nothing,
-    /// A free was announced; if the real free fails, the allocation is announced again.
+    /// A free was announced and its record removed; if the real free fails, it is put back and
+    /// announced again.
     Announced(Allocation),
-    /// An unmap of a span was announced; if it fails, the span is announced again.
-    AnnouncedSpan(MemEvent),
-    /// A free of an unknown pointer, to announce once the real free succeeded.
+    /// An unmap removed this piece of a mapping and `n` more; if it fails, the piece is put back.
+    /// (An unmap covers one mapping: the real driver refuses partial unmaps and ones spanning
+    /// several mappings. Further pieces could not be kept without allocating in the hook; if
+    /// such an unmap fails they stay removed and count as failed frees.)
+    AnnouncedSpan(Allocation, usize),
+    /// A free of an unknown pointer or span, to announce once the real call succeeded.
     Unknown(MemEvent),
 }
 
@@ -43,6 +52,11 @@ pub fn alloc(
     if address == 0 || size == 0 {
         return;
     }
+    let attached = registry::attached();
+    let subscribed = events::has_subscribers();
+    if !attached && !subscribed {
+        return;
+    }
     let mut ev = MemEvent::new(EventKind::Alloc, address, size, api);
     ev.mem_type = mem_type;
     ev.flags = extra_flags;
@@ -51,27 +65,37 @@ pub fn alloc(
     let ctx = driver::current_context();
     ev.context = ctx as usize;
     ev.device = driver::device_of(ctx);
-    events::dispatch(&ev);
+    if attached {
+        registry::global().insert(Allocation::from_event(&ev));
+    }
+    if subscribed {
+        events::dispatch(&ev);
+    }
 }
 
-/// Announce a free before it happens (known pointer), or prepare to announce it after.
+/// Announce a free before it happens (known pointer: its record is removed now), or prepare to
+/// announce it after.
 pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream: usize) -> Pending {
     if address == 0 {
         return Pending::Nothing;
     }
-    match registry::global()
-        .lookup(address)
-        .filter(|a| a.start == address)
-    {
+    let removed = if registry::attached() {
+        registry::global().remove_allocation(address)
+    } else {
+        None
+    };
+    match removed {
         Some(record) => {
-            events::dispatch(&free_event(
-                api,
-                &record,
-                record.start,
-                record.size,
-                extra_flags,
-                stream,
-            ));
+            if events::has_subscribers() {
+                events::dispatch(&free_event(
+                    api,
+                    &record,
+                    record.start,
+                    record.size,
+                    extra_flags,
+                    stream,
+                ));
+            }
             Pending::Announced(record)
         }
         None => {
@@ -84,23 +108,26 @@ pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream:
 }
 
 /// Announce the removal of `[address, address+size)` (a VMM unmap, possibly of part of a
-/// mapping), with the metadata of the mapping it lies in.
+/// mapping), with the metadata of the mapping it starts in, and take those pieces out of the
+/// registry. A span the registry holds nothing of is announced only after the unmap succeeded.
 pub fn unmap_before(api: &'static CStr, address: usize, size: usize) -> Pending {
     if address == 0 || size == 0 {
         return Pending::Nothing;
     }
-    let record = registry::global().lookup(address);
-    let ev = match record {
-        Some(r) => free_event(api, &r, address, size, flags::VMM, 0),
-        None => {
-            let mut ev = MemEvent::new(EventKind::Free, address, size, api);
-            ev.mem_type = MemType::Cuda;
-            ev.flags = flags::VMM;
-            ev
-        }
+    let mut pieces = [Allocation::new(0, 0, c"")];
+    let (removed, _) = if registry::attached() {
+        registry::global().remove_into(address, size, &mut pieces)
+    } else {
+        Default::default()
     };
-    events::dispatch(&ev);
-    Pending::AnnouncedSpan(ev)
+    if removed.bytes == 0 {
+        let mut ev = MemEvent::new(EventKind::Free, address, size, api);
+        ev.mem_type = MemType::Cuda;
+        ev.flags = flags::VMM;
+        return Pending::Unknown(ev);
+    }
+    events::dispatch(&free_event(api, &pieces[0], address, size, flags::VMM, 0));
+    Pending::AnnouncedSpan(pieces[0], removed.whole + removed.partial - 1)
 }
 
 fn free_event(
@@ -123,22 +150,17 @@ fn free_event(
     ev
 }
 
-/// Teardown: announce a free for every range matching `pred` (VMM mappings survive context
-/// teardown and are never purged).
+/// Teardown: remove every range matching `pred` and announce a free for each (VMM mappings
+/// survive context teardown and are never purged).
 pub fn purge_before(api: &'static CStr, pred: impl Fn(&Allocation) -> bool) -> Pending {
     driver::contexts_changed();
     if registry::global().is_empty() {
         return Pending::Nothing;
     }
-    let mut doomed = Vec::new();
-    registry::global().for_each(|a| {
-        if a.flags & flags::VMM == 0 && pred(&a) {
-            doomed.push(a);
-        }
-    });
-    for a in doomed {
-        events::dispatch(&free_event(api, &a, a.start, a.size, flags::PURGED, 0));
-    }
+    registry::global().purge(
+        |a| a.flags & flags::VMM == 0 && pred(a),
+        |a| events::dispatch(&free_event(api, &a, a.start, a.size, flags::PURGED, 0)),
+    );
     Pending::Nothing
 }
 
@@ -148,22 +170,19 @@ pub fn settle(pending: Pending, ok: bool) {
         Pending::Nothing => {}
         Pending::Announced(record) => {
             if !ok {
-                // The driver refused the free: the memory is still allocated. Subscribers heard
-                // the free, so they hear the allocation again (flagged EXISTING); the registry
-                // takes it back from that event.
+                // The driver refused the free: the memory is still allocated. The record goes
+                // back, and subscribers, who heard the free, hear the allocation again (flagged
+                // EXISTING).
                 registry::note_failed_free();
-                let mut ev = record.to_event();
-                ev.flags |= flags::EXISTING;
-                events::dispatch(&ev);
+                restore(&record);
             }
         }
-        Pending::AnnouncedSpan(free) => {
+        Pending::AnnouncedSpan(piece, more) => {
             if !ok {
-                registry::note_failed_free();
-                let mut ev = free;
-                ev.kind = EventKind::Alloc;
-                ev.flags |= flags::EXISTING;
-                events::dispatch(&ev);
+                for _ in 0..=more {
+                    registry::note_failed_free();
+                }
+                restore(&piece);
             }
         }
         Pending::Unknown(ev) => {
@@ -173,4 +192,14 @@ pub fn settle(pending: Pending, ok: bool) {
             }
         }
     }
+}
+
+/// Puts back a range whose free the driver refused, and announces it again.
+fn restore(record: &Allocation) {
+    if registry::attached() {
+        registry::global().insert(*record);
+    }
+    let mut ev = record.to_event();
+    ev.flags |= flags::EXISTING;
+    events::dispatch(&ev);
 }

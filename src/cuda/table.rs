@@ -130,10 +130,13 @@ macro_rules! cuda_hooks {
                     // SAFETY: the caller's own arguments, to the real function.
                     let rc = unsafe { real($($arg),*) };
                     let ok = <$ret as Status>::ok(rc);
-                    // SAFETY: `after` expressions only read the output pointers the real call
-                    // has just filled (it succeeded), as the C API promises.
-                    $( if ok { emit::guarded(|| { #[allow(unused_unsafe)] unsafe { $after; } }, ()); } )?
-                    emit::guarded(|| emit::settle(pending, ok), ());
+                    // One unwind guard for all the work after the call.
+                    emit::guarded(|| {
+                        // SAFETY: `after` expressions only read the output pointers the real
+                        // call has just filled (it succeeded), as the C API promises.
+                        $( if ok { #[allow(unused_unsafe)] unsafe { $after; } } )?
+                        emit::settle(pending, ok)
+                    }, ());
                     drop(guard);
                     rc
                 }

@@ -83,6 +83,25 @@ fn cover(pieces: &[Piece], lo: usize, hi: usize) -> (Option<Ptr<Record>>, bool) 
 }
 
 impl Writer {
+    /// Recycles an emptied, unlinked table (and forgets it as the cached leaf).
+    fn free_table(&mut self, t: Ptr<Table>) {
+        if self.leaf.is_some_and(|(_, l)| l == t) {
+            self.leaf = None;
+        }
+        self.tables.free(t);
+    }
+
+    /// The cached leaf table, if it is the one for `[lo, hi]` (which lies inside one leaf block
+    /// without covering it whole).
+    #[inline(always)]
+    fn cached_leaf<'a>(&self, lo: usize, hi: usize) -> Option<Level<'a>> {
+        let (base, t) = self.leaf?;
+        let sh = SHIFT[LEAF - 1];
+        let whole = (lo << (usize::BITS - sh)) == 0 && hi - lo == (1 << sh) - 1;
+        (lo >> sh == base >> sh && hi >> sh == base >> sh && !whole)
+            .then(|| Level::child(target::<Table>(slot_of(t, TAB)), LEAF, base))
+    }
+
     fn new_table(&mut self) -> Ptr<Table> {
         // Recycled tables were freed empty (every slot EMPTY, count 0); fresh ones are empty.
         self.tables.alloc()
@@ -130,7 +149,8 @@ impl Writer {
                     (Some(p), _) => at.set(i, slot_of(p, REC)),
                     (None, false) => at.set(i, EMPTY),
                     (None, true) if at.level == LEAF => {
-                        self.granule_edit(at, i, Some(old), &touching(pieces, blo, bhi))
+                        let (buf, n) = touching(pieces, blo, bhi);
+                        self.granule_edit(at, i, Some(old), &buf[..n])
                     }
                     (None, true) => {
                         let t = self.new_table();
@@ -145,7 +165,8 @@ impl Writer {
                     }
                 }
             } else if at.level == LEAF {
-                self.granule_edit(at, i, Some(old), &touching(pieces, blo, bhi));
+                let (buf, n) = touching(pieces, blo, bhi);
+                self.granule_edit(at, i, Some(old), &buf[..n]);
             } else {
                 let cur = at.slots[i].load(Relaxed);
                 debug_assert_eq!(tag(cur), TAB, "registry: partial block without a table");
@@ -156,7 +177,7 @@ impl Writer {
                 self.rewrite(Level::child(child, at.level + 1, blo), olo, ohi, old, pieces);
                 if child.used.load(Relaxed) == 0 {
                     at.set(i, EMPTY);
-                    self.tables.free(ptr_of(cur));
+                    self.free_table(ptr_of(cur));
                 }
             }
         }
@@ -237,8 +258,8 @@ impl Writer {
     }
 
     /// The record linked for `addr`, if a range contains it.
-    pub(super) fn locate(top: Level<'_>, addr: usize) -> Option<Ptr<Record>> {
-        let mut at = top;
+    pub(super) fn locate(&self, top: Level<'_>, addr: usize) -> Option<Ptr<Record>> {
+        let mut at = self.cached_leaf(addr, addr).unwrap_or(top);
         loop {
             let i = *at.span(addr, addr).start();
             let cur = at.slots[i].load(Relaxed);
@@ -274,11 +295,143 @@ impl Writer {
     }
 }
 
-/// The records of `pieces` that touch `[lo, hi]`.
-fn touching(pieces: &[Piece], lo: usize, hi: usize) -> Vec<Ptr<Record>> {
-    pieces
-        .iter()
-        .filter(|p| p.1 <= hi && p.2 >= lo)
-        .map(|p| p.0)
-        .collect()
+/// The records of `pieces` (at most two) that touch `[lo, hi]`.
+fn touching(pieces: &[Piece], lo: usize, hi: usize) -> ([Ptr<Record>; 2], usize) {
+    let mut out = [pieces.first().map_or_else(|| Ptr::dangling(), |p| p.0); 2];
+    let mut n = 0;
+    for p in pieces.iter().filter(|p| p.1 <= hi && p.2 >= lo).take(2) {
+        out[n] = p.0;
+        n += 1;
+    }
+    (out, n)
+}
+
+/// The slot that links a table, and the count of used slots of the table holding that slot.
+type Parent<'a> = (&'a AtomicUsize, Option<&'a AtomicUsize>);
+
+impl Writer {
+    /// Descends towards `[lo, hi]` while one slot holds all of it in part, to the table where
+    /// the range's slots begin. With `create`, missing tables on the way are made (the range is
+    /// clear there); otherwise `None` when the way ends early. `None` too when a slot on the way
+    /// holds a record (a range overlaps). `path` receives the slot linking each table passed.
+    #[inline(always)]
+    fn split<'a>(
+        &mut self,
+        top: Level<'a>,
+        lo: usize,
+        hi: usize,
+        create: bool,
+        mut path: Option<&mut [Option<Parent<'a>>; LEAF]>,
+    ) -> Option<Level<'a>> {
+        if path.is_none() {
+            if let Some(leaf) = self.cached_leaf(lo, hi) {
+                return Some(leaf);
+            }
+        }
+        let mut at = top;
+        while at.level < LEAF {
+            let sh = SHIFT[at.level];
+            let i = (lo - at.base) >> sh;
+            let (blo, bhi) = at.block(i);
+            if (hi - at.base) >> sh != i || (lo == blo && hi >= bhi) {
+                break;
+            }
+            let cur = at.slots[i].load(Relaxed);
+            let child = match tag(cur) {
+                TAB => target::<Table>(cur),
+                EMPTY if create => {
+                    let t = self.new_table();
+                    at.set(i, slot_of(t, TAB));
+                    target::<Table>(slot_of(t, TAB))
+                }
+                _ => return None,
+            };
+            if let Some(p) = path.as_deref_mut() {
+                p[at.level] = Some((&at.slots[i], at.used));
+            }
+            if at.level + 1 == LEAF {
+                self.leaf = Some((blo, ptr_of(at.slots[i].load(Relaxed))));
+            }
+            at = Level::child(child, at.level + 1, blo);
+        }
+        Some(at)
+    }
+
+    /// Links `rec` over `[lo, hi]` when that needs no shared granule and the slots are free:
+    /// the common insert, one descent. Returns false, having changed nothing readers can see but
+    /// empty tables, when the general path must run.
+    pub(super) fn link_fast(&mut self, top: Level<'_>, lo: usize, hi: usize, rec: Ptr<Record>) -> bool {
+        let Some(at) = self.split(top, lo, hi, true, None) else {
+            return false;
+        };
+        let span = at.span(lo, hi);
+        for i in span.clone() {
+            let (blo, bhi) = at.block(i);
+            let whole = lo <= blo && bhi <= hi;
+            if at.slots[i].load(Relaxed) != EMPTY || !(whole || at.level == LEAF) {
+                return false;
+            }
+        }
+        for i in span {
+            at.set(i, slot_of(rec, REC));
+        }
+        true
+    }
+
+    /// Unlinks `rec` (linked over `[lo, hi]`) when none of its granules is shared: the common
+    /// free, one descent. Returns false, changing nothing, when the general path must run.
+    pub(super) fn unlink_fast(&mut self, top: Level<'_>, lo: usize, hi: usize, rec: Ptr<Record>) -> bool {
+        let mine = slot_of(rec, REC);
+        if let Some(leaf) = self.cached_leaf(lo, hi) {
+            let span = leaf.span(lo, hi);
+            if span.clone().any(|i| leaf.slots[i].load(Relaxed) != mine) {
+                return false;
+            }
+            for i in span {
+                leaf.set(i, EMPTY);
+            }
+            if leaf.used.is_some_and(|u| u.load(Relaxed) != 0) {
+                return true;
+            }
+            // The leaf emptied: the way down is needed to free it and what it empties above.
+            let mut path = [None; LEAF];
+            if let Some(at) = self.split(top, lo, hi, false, Some(&mut path)) {
+                self.free_empty(at, &path);
+            }
+            return true;
+        }
+        let mut path = [None; LEAF];
+        let Some(at) = self.split(top, lo, hi, false, Some(&mut path)) else {
+            return false;
+        };
+        let span = at.span(lo, hi);
+        if span.clone().any(|i| at.slots[i].load(Relaxed) != mine) {
+            return false;
+        }
+        for i in span {
+            at.set(i, EMPTY);
+        }
+        self.free_empty(at, &path);
+        true
+    }
+
+    /// Frees `at` and the tables above it on `path` that are left empty, innermost first.
+    fn free_empty(&mut self, at: Level<'_>, path: &[Option<Parent<'_>>; LEAF]) {
+        let mut used = at.used;
+        for level in (0..at.level).rev() {
+            let (Some(u), Some((slot, parent_used))) = (used, path[level]) else {
+                break;
+            };
+            if u.load(Relaxed) != 0 {
+                break;
+            }
+            let cur = slot.load(Relaxed);
+            slot.store(EMPTY, Release);
+            if let Some(pu) = parent_used {
+                pu.store(pu.load(Relaxed) - 1, Relaxed);
+            }
+            self.free_table(ptr_of(cur));
+            used = parent_used;
+        }
+    }
 }

@@ -51,6 +51,7 @@
 #![allow(unsafe_code)]
 
 mod edit;
+mod fork;
 mod global;
 mod record;
 mod slab;
@@ -65,8 +66,8 @@ use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crate::events::{MemEvent, MemType};
 pub use global::{
-    attach, global, note_failed_free, note_unknown_free, replay_existing, stats, RegistryStats,
-    PRIORITY,
+    attach, attached, detach, forget_all, global, note_failed_free, note_unknown_free,
+    replay_existing, stats, RegistryStats,
 };
 use table::Top;
 use write::{Writer, Yield};

@@ -43,6 +43,11 @@ impl<T> Ptr<T> {
         NonNull::new(p).map(Ptr)
     }
 
+    /// A placeholder that is never dereferenced (fills unused entries of fixed arrays).
+    pub(super) fn dangling() -> Self {
+        Ptr(NonNull::dangling())
+    }
+
     pub(super) fn as_mut_ptr(self) -> *mut T {
         self.0.as_ptr()
     }

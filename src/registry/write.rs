@@ -36,6 +36,9 @@ pub(super) struct Writer {
     hits: Vec<Ptr<Record>>,
     /// A shared granule's ranges being rebuilt (scratch).
     pub(super) granule: Vec<Ptr<Record>>,
+    /// The leaf table last descended to, and its block's first address: consecutive edits in one
+    /// 2 MiB block (a pool's) skip the descent. Forgotten when that table is freed.
+    pub(super) leaf: Option<(usize, Ptr<Table>)>,
 }
 
 // SAFETY: the writer owns its top table and slabs like a `Box` and `Vec`s of `Sync` elements; it
@@ -65,6 +68,7 @@ impl Writer {
             missed: 0,
             hits: Vec::new(),
             granule: Vec::new(),
+            leaf: None,
         }
     }
 
@@ -137,7 +141,7 @@ impl Writer {
         top: Level<'_>,
         lo: usize,
         hi: usize,
-        mut gone: Option<&mut Vec<Allocation>>,
+        gone: &mut dyn FnMut(Allocation),
     ) -> (usize, usize, usize) {
         let hits = core::mem::take(&mut self.hits);
         let mut bytes = 0;
@@ -145,13 +149,15 @@ impl Writer {
         for &h in &hits {
             let old = rec(h).get();
             let last = old.last();
-            let mut pieces: [Option<Piece>; 2] = [None, None];
+            let mut buf: [Piece; 2] = [(h, 0, 0); 2];
+            let mut n = 0;
             if old.start < lo {
                 let left = Allocation {
                     size: lo - old.start,
                     ..old
                 };
-                pieces[0] = Some((self.new_record(&left), left.start, lo - 1));
+                buf[n] = (self.new_record(&left), left.start, lo - 1);
+                n += 1;
             }
             if last > hi {
                 let right = Allocation {
@@ -159,22 +165,21 @@ impl Writer {
                     size: last - hi,
                     ..old
                 };
-                pieces[1] = Some((self.new_record(&right), hi + 1, last));
+                buf[n] = (self.new_record(&right), hi + 1, last);
+                n += 1;
             }
-            let pieces: Vec<Piece> = pieces.into_iter().flatten().collect();
-            self.rewrite(top, old.start, last, h, &pieces);
+            let pieces = &buf[..n];
+            self.rewrite(top, old.start, last, h, pieces);
             self.recs.free(h);
             self.count = self.count + pieces.len() - 1;
             whole += usize::from(pieces.is_empty());
             let (from, to) = (old.start.max(lo), last.min(hi));
             bytes += to - from + 1;
-            if let Some(g) = gone.as_deref_mut() {
-                g.push(Allocation {
-                    start: from,
-                    size: to - from + 1,
-                    ..old
-                });
-            }
+            gone(Allocation {
+                start: from,
+                size: to - from + 1,
+                ..old
+            });
         }
         self.hits = hits;
         (bytes, self.hits.len(), whole)
@@ -183,7 +188,9 @@ impl Writer {
     /// Unlinks and frees the whole range of record `p`.
     fn drop_range(&mut self, top: Level<'_>, p: Ptr<Record>) -> Allocation {
         let a = rec(p).get();
-        self.rewrite(top, a.start, a.last(), p, &[]);
+        if !self.unlink_fast(top, a.start, a.last(), p) {
+            self.rewrite(top, a.start, a.last(), p, &[]);
+        }
         self.recs.free(p);
         self.count -= 1;
         self.live -= a.size as u128;
@@ -212,15 +219,19 @@ impl Registry {
         w.next_seq += 1;
         a.seq = w.next_seq;
         let top = w.top(self);
-        w.find_hits(top, a.start, last);
-        let (lost, overwritten) = if w.hits.is_empty() {
+        let rec = w.new_record(&a);
+        let (lost, overwritten) = if w.link_fast(top, a.start, last, rec) {
             (0, 0)
         } else {
-            let (bytes, hits, _) = w.cut(top, a.start, last, None);
+            w.find_hits(top, a.start, last);
+            let (bytes, hits, _) = if w.hits.is_empty() {
+                (0, 0, 0)
+            } else {
+                w.cut(top, a.start, last, &mut |_| {})
+            };
+            w.link(top, a.start, last, rec);
             (bytes, hits)
         };
-        let rec = w.new_record(&a);
-        w.link(top, a.start, last, rec);
         w.count += 1;
         w.live = w.live - lost as u128 + a.size as u128;
         w.missed += overwritten as u64;
@@ -235,7 +246,21 @@ impl Registry {
     /// Unregisters `[start, start + len)` (clipped at `usize::MAX`), trimming or splitting the
     /// ranges it covers in part (a VMM unmap of a sub-range).
     pub fn remove(&self, start: usize, len: usize) -> Removed {
-        self.remove_span(start, len, None)
+        self.remove_span(start, len, &mut |_| {})
+    }
+
+    /// Like [`Self::remove`], and copies the removed pieces (as [`Self::remove_with`] gives
+    /// them) into `out`, as many as fit; returns what was removed and how many were copied.
+    /// Allocation-free, for the hooks.
+    pub fn remove_into(&self, start: usize, len: usize, out: &mut [Allocation]) -> (Removed, usize) {
+        let mut n = 0;
+        let r = self.remove_span(start, len, &mut |a| {
+            if let Some(slot) = out.get_mut(n) {
+                *slot = a;
+                n += 1;
+            }
+        });
+        (r, n)
     }
 
     /// Like [`Self::remove`], and hands each removed piece (clipped to the span, with its range's
@@ -247,12 +272,12 @@ impl Registry {
         mut out: impl FnMut(Allocation),
     ) -> Removed {
         let mut gone = Vec::new();
-        let r = self.remove_span(start, len, Some(&mut gone));
+        let r = self.remove_span(start, len, &mut |a| gone.push(a));
         gone.into_iter().for_each(&mut out);
         r
     }
 
-    fn remove_span(&self, start: usize, len: usize, gone: Option<&mut Vec<Allocation>>) -> Removed {
+    fn remove_span(&self, start: usize, len: usize, gone: &mut dyn FnMut(Allocation)) -> Removed {
         if len == 0 {
             return Removed::default();
         }
@@ -279,7 +304,7 @@ impl Registry {
         let mut guard = self.writer.lock();
         let w = &mut *guard;
         let top = w.top_if_any(self)?;
-        let p = Writer::locate(top, start).filter(|&p| rec(p).span().0 == start)?;
+        let p = w.locate(top, start).filter(|&p| rec(p).span().0 == start)?;
         let a = w.drop_range(top, p);
         self.publish(w);
         Some(a)
@@ -309,7 +334,7 @@ impl Registry {
             let w = &mut *guard;
             if let Some(top) = w.top_if_any(self) {
                 for (start, seq) in wanted {
-                    let found = Writer::locate(top, start).filter(|&p| {
+                    let found = w.locate(top, start).filter(|&p| {
                         let a = rec(p).get();
                         a.start == start && a.seq == seq
                     });
@@ -366,5 +391,22 @@ impl Registry {
         let live = usize::try_from(w.live).unwrap_or(usize::MAX);
         self.stats.live_bytes.store(live, Ordering::Relaxed);
         self.stats.missed.store(w.missed, Ordering::Relaxed);
+    }
+}
+
+impl Registry {
+    /// Takes the writer lock and keeps it (the `fork` prepare handler).
+    pub(super) fn hold_for_fork(&self) {
+        core::mem::forget(self.writer.lock());
+    }
+
+    /// Releases the lock [`Self::hold_for_fork`] took.
+    ///
+    /// # Safety
+    ///
+    /// Only after `hold_for_fork` on this thread (or, in a child, in its parent's forking thread).
+    pub(super) unsafe fn release_after_fork(&self) {
+        // SAFETY: the caller took the lock with `hold_for_fork` and forgot the guard.
+        unsafe { self.writer.force_unlock() };
     }
 }
