@@ -14,7 +14,7 @@ use core::sync::atomic::{AtomicUsize, Ordering::Relaxed, Ordering::Release};
 use super::record::Record;
 use super::slab::Ptr;
 use super::table::{
-    ptr_of, slot_of, tag, target, Bucket, Table, BUCKET, BUCKET_CAP, EMPTY, FAN, LEAF, REC,
+    index, ptr_of, slot_of, tag, target, Bucket, Table, BUCKET, BUCKET_CAP, EMPTY, FAN, LEAF, REC,
     SHIFT, TAB, TOP_SLOTS,
 };
 use super::write::Writer;
@@ -361,6 +361,17 @@ impl Writer {
     /// the common insert, one descent. Returns false, having changed nothing readers can see but
     /// empty tables, when the general path must run.
     pub(super) fn link_fast(&mut self, top: Level<'_>, lo: usize, hi: usize, rec: Ptr<Record>) -> bool {
+        // One granule (or whole granules, all in the cached leaf): the pool case.
+        if let Some(leaf) = self.cached_leaf(lo, hi) {
+            let i = index(LEAF, lo);
+            if i == index(LEAF, hi) {
+                if leaf.slots[i].load(Relaxed) != EMPTY {
+                    return false;
+                }
+                leaf.set(i, slot_of(rec, REC));
+                return true;
+            }
+        }
         let Some(at) = self.split(top, lo, hi, true, None) else {
             return false;
         };
@@ -383,7 +394,8 @@ impl Writer {
     pub(super) fn unlink_fast(&mut self, top: Level<'_>, lo: usize, hi: usize, rec: Ptr<Record>) -> bool {
         let mine = slot_of(rec, REC);
         if let Some(leaf) = self.cached_leaf(lo, hi) {
-            let span = leaf.span(lo, hi);
+            let i = index(LEAF, lo);
+            let span = if i == index(LEAF, hi) { i..=i } else { leaf.span(lo, hi) };
             if span.clone().any(|i| leaf.slots[i].load(Relaxed) != mine) {
                 return false;
             }
