@@ -153,3 +153,44 @@ fn constructor_does_nothing_in_a_secure_process() {
     );
     let _ = std::fs::remove_file(exe);
 }
+
+/// The registry reflects only calls that succeeded while the hooks saw them: a refused
+/// `cuMemUnmap` leaves no phantom range and no half-removed mapping, and memory freed while the
+/// hooks were uninstalled is not reported live after a reinstall (issue 12, items 11 and 12).
+#[test]
+fn registry_reflects_only_successful_calls_seen_by_the_hooks() {
+    let exe = build_in("registry_truth.c", &std::env::temp_dir());
+    let out = Command::new(&exe)
+        .env("CUHOOK_DISABLE", "1")
+        .output()
+        .unwrap();
+    let run = common::Run {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    };
+    run.assert_passed(&[
+        "install",
+        "unmap_never_mapped_fails",
+        "no_phantom_range",
+        "no_events_for_refused_unmap",
+        "map",
+        "mapped_found",
+        "partial_unmap_fails",
+        "mapping_intact",
+        "still_no_phantom",
+        "overlong_unmap_fails",
+        "mapping_intact_2",
+        "nothing_beyond",
+        "unmapped_gone",
+        "both_found",
+        "uninstall",
+        "nothing_reported_while_uninstalled",
+        "free_unseen",
+        "reinstall",
+        "freed_not_live_after_reinstall",
+        "kept_classified",
+        "alloc_after_reinstall",
+    ]);
+    let _ = std::fs::remove_file(exe);
+}

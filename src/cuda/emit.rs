@@ -25,12 +25,11 @@ pub enum Pending {
     /// A free was announced and its record removed; if the real free fails, it is put back and
     /// announced again.
     Announced(Allocation),
-    /// An unmap removed this piece of a mapping and `n` more; if it fails, the piece is put back.
-    /// (An unmap covers one mapping: the real driver refuses partial unmaps and ones spanning
-    /// several mappings. Further pieces could not be kept without allocating in the hook; if
-    /// such an unmap fails they stay removed and count as failed frees.)
-    AnnouncedSpan(Allocation, usize),
-    /// A free of an unknown pointer or span, to announce once the real call succeeded.
+    /// An unmap was announced; the span leaves the registry if it succeeds, and is announced
+    /// again if it fails.
+    AnnouncedSpan(MemEvent),
+    /// A free of an unknown pointer (size 0) or an unmap of a span starting in no known mapping,
+    /// to announce once the real call succeeded.
     Unknown(MemEvent),
 }
 
@@ -108,26 +107,27 @@ pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream:
 }
 
 /// Announce the removal of `[address, address+size)` (a VMM unmap, possibly of part of a
-/// mapping), with the metadata of the mapping it starts in, and take those pieces out of the
-/// registry. A span the registry holds nothing of is announced only after the unmap succeeded.
+/// mapping), with the metadata of the mapping it starts in. The span leaves the registry only
+/// once the driver has unmapped it: the driver refuses unmaps that do not cover whole mappings,
+/// and a refused call must change nothing. A span that starts in no registered mapping is
+/// announced only after the unmap succeeded.
 pub fn unmap_before(api: &'static CStr, address: usize, size: usize) -> Pending {
     if address == 0 || size == 0 {
         return Pending::Nothing;
     }
-    let mut pieces = [Allocation::new(0, 0, c"")];
-    let (removed, _) = if registry::attached() {
-        registry::global().remove_into(address, size, &mut pieces)
-    } else {
-        Default::default()
-    };
-    if removed.bytes == 0 {
-        let mut ev = MemEvent::new(EventKind::Free, address, size, api);
-        ev.mem_type = MemType::Cuda;
-        ev.flags = flags::VMM;
-        return Pending::Unknown(ev);
+    match registry::global().lookup(address) {
+        Some(r) => {
+            let ev = free_event(api, &r, address, size, flags::VMM, 0);
+            events::dispatch(&ev);
+            Pending::AnnouncedSpan(ev)
+        }
+        None => {
+            let mut ev = MemEvent::new(EventKind::Free, address, size, api);
+            ev.mem_type = MemType::Cuda;
+            ev.flags = flags::VMM;
+            Pending::Unknown(ev)
+        }
     }
-    events::dispatch(&free_event(api, &pieces[0], address, size, flags::VMM, 0));
-    Pending::AnnouncedSpan(pieces[0], removed.whole + removed.partial - 1)
 }
 
 fn free_event(
@@ -177,20 +177,31 @@ pub fn settle(pending: Pending, ok: bool) {
                 restore(&record);
             }
         }
-        Pending::AnnouncedSpan(piece, more) => {
-            if !ok {
-                for _ in 0..=more {
-                    registry::note_failed_free();
-                }
-                restore(&piece);
+        Pending::AnnouncedSpan(free) => {
+            if ok {
+                unmapped(&free);
+            } else {
+                registry::note_failed_free();
+                let mut ev = free;
+                ev.kind = EventKind::Alloc;
+                ev.flags |= flags::EXISTING;
+                events::dispatch(&ev);
             }
         }
         Pending::Unknown(ev) => {
             if ok {
+                unmapped(&ev);
                 registry::note_unknown_free();
                 events::dispatch(&ev);
             }
         }
+    }
+}
+
+/// After a successful unmap (a span event, size > 0), the span leaves the registry.
+fn unmapped(ev: &MemEvent) {
+    if ev.flags & flags::VMM != 0 && ev.size != 0 && registry::attached() {
+        registry::global().remove(ev.address, ev.size);
     }
 }
 

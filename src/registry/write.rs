@@ -249,20 +249,6 @@ impl Registry {
         self.remove_span(start, len, &mut |_| {})
     }
 
-    /// Like [`Self::remove`], and copies the removed pieces (as [`Self::remove_with`] gives
-    /// them) into `out`, as many as fit; returns what was removed and how many were copied.
-    /// Allocation-free, for the hooks.
-    pub fn remove_into(&self, start: usize, len: usize, out: &mut [Allocation]) -> (Removed, usize) {
-        let mut n = 0;
-        let r = self.remove_span(start, len, &mut |a| {
-            if let Some(slot) = out.get_mut(n) {
-                *slot = a;
-                n += 1;
-            }
-        });
-        (r, n)
-    }
-
     /// Like [`Self::remove`], and hands each removed piece (clipped to the span, with its range's
     /// metadata) to `out`, in address order, after the lock is released.
     pub fn remove_with(

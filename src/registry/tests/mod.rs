@@ -1,8 +1,9 @@
-//! Registry tests: edge cases, a model-based random test, and a reader/writer race.
+//! Registry tests: edge cases, a model-based random test, reader/writer races, and fork.
 #![deny(unsafe_code)]
 
 mod concurrency;
 mod edges;
+mod fork;
 mod model;
 
 use core::sync::atomic::{
