@@ -361,30 +361,41 @@ impl Writer {
     /// the common insert, one descent. Returns false, having changed nothing readers can see but
     /// empty tables, when the general path must run.
     pub(super) fn link_fast(&mut self, top: Level<'_>, lo: usize, hi: usize, rec: Ptr<Record>) -> bool {
-        // One granule (or whole granules, all in the cached leaf): the pool case.
+        // The pool case first: one free granule of the cached leaf.
         if let Some(leaf) = self.cached_leaf(lo, hi) {
             let i = index(LEAF, lo);
-            if i == index(LEAF, hi) {
-                if leaf.slots[i].load(Relaxed) != EMPTY {
-                    return false;
-                }
+            if i == index(LEAF, hi) && leaf.slots[i].load(Relaxed) == EMPTY {
                 leaf.set(i, slot_of(rec, REC));
                 return true;
             }
         }
-        let Some(at) = self.split(top, lo, hi, true, None) else {
-            return false;
+        let at = match self.cached_leaf(lo, hi) {
+            Some(leaf) => leaf,
+            None => match self.split(top, lo, hi, true, None) {
+                Some(at) => at,
+                None => return false,
+            },
         };
-        let span = at.span(lo, hi);
+        let i = index(at.level, lo);
+        let span = if i == index(at.level, hi) { i..=i } else { at.span(lo, hi) };
         for i in span.clone() {
             let (blo, bhi) = at.block(i);
-            let whole = lo <= blo && bhi <= hi;
-            if at.slots[i].load(Relaxed) != EMPTY || !(whole || at.level == LEAF) {
+            let cur = at.slots[i].load(Relaxed);
+            let ok = if lo <= blo && bhi <= hi {
+                cur == EMPTY
+            } else {
+                at.level == LEAF && clear_of(cur, lo, hi)
+            };
+            if !ok {
                 return false;
             }
         }
         for i in span {
-            at.set(i, slot_of(rec, REC));
+            if at.slots[i].load(Relaxed) == EMPTY {
+                at.set(i, slot_of(rec, REC));
+            } else {
+                self.granule_edit(at, i, None, &[rec]);
+            }
         }
         true
     }
@@ -392,38 +403,54 @@ impl Writer {
     /// Unlinks `rec` (linked over `[lo, hi]`) when none of its granules is shared: the common
     /// free, one descent. Returns false, changing nothing, when the general path must run.
     pub(super) fn unlink_fast(&mut self, top: Level<'_>, lo: usize, hi: usize, rec: Ptr<Record>) -> bool {
+        let cached = self.cached_leaf(lo, hi);
         let mine = slot_of(rec, REC);
-        if let Some(leaf) = self.cached_leaf(lo, hi) {
+        // The pool case first: the range's one granule of the cached leaf, not the last one used.
+        if let Some(leaf) = cached {
             let i = index(LEAF, lo);
-            let span = if i == index(LEAF, hi) { i..=i } else { leaf.span(lo, hi) };
-            if span.clone().any(|i| leaf.slots[i].load(Relaxed) != mine) {
-                return false;
-            }
-            for i in span {
+            if i == index(LEAF, hi)
+                && leaf.slots[i].load(Relaxed) == mine
+                && leaf.used.is_some_and(|u| u.load(Relaxed) > 1)
+            {
                 leaf.set(i, EMPTY);
-            }
-            if leaf.used.is_some_and(|u| u.load(Relaxed) != 0) {
                 return true;
             }
-            // The leaf emptied: the way down is needed to free it and what it empties above.
-            let mut path = [None; LEAF];
-            if let Some(at) = self.split(top, lo, hi, false, Some(&mut path)) {
-                self.free_empty(at, &path);
-            }
-            return true;
         }
         let mut path = [None; LEAF];
-        let Some(at) = self.split(top, lo, hi, false, Some(&mut path)) else {
-            return false;
+        let at = match cached {
+            Some(leaf) => leaf,
+            None => match self.split(top, lo, hi, false, Some(&mut path)) {
+                Some(at) => at,
+                None => return false,
+            },
         };
-        let span = at.span(lo, hi);
-        if span.clone().any(|i| at.slots[i].load(Relaxed) != mine) {
-            return false;
+        let i = index(at.level, lo);
+        let span = if i == index(at.level, hi) { i..=i } else { at.span(lo, hi) };
+        for i in span.clone() {
+            let cur = at.slots[i].load(Relaxed);
+            if cur != mine && !(at.level == LEAF && lists(cur, rec)) {
+                return false;
+            }
         }
         for i in span {
-            at.set(i, EMPTY);
+            if at.slots[i].load(Relaxed) == mine {
+                at.set(i, EMPTY);
+            } else {
+                self.granule_edit(at, i, Some(rec), &[]);
+            }
         }
-        self.free_empty(at, &path);
+        if at.used.is_some_and(|u| u.load(Relaxed) != 0) {
+            return true;
+        }
+        if cached.is_some() {
+            // The cached leaf emptied: the way down is needed to free it and what it empties.
+            match self.split(top, lo, hi, false, Some(&mut path)) {
+                Some(at) => self.free_empty(at, &path),
+                None => return true,
+            }
+        } else {
+            self.free_empty(at, &path);
+        }
         true
     }
 
@@ -446,4 +473,40 @@ impl Writer {
             used = parent_used;
         }
     }
+}
+
+/// Whether granule slot value `cur` names no range meeting `[lo, hi]`.
+fn clear_of(cur: usize, lo: usize, hi: usize) -> bool {
+    let meets = |p: Ptr<Record>| {
+        let (s, l) = target::<Record>(slot_of(p, REC)).span();
+        s <= hi && l >= lo
+    };
+    match tag(cur) {
+        EMPTY => true,
+        REC => !meets(ptr_of(cur)),
+        BUCKET => !chain_any(target::<Bucket>(cur), meets),
+        _ => false,
+    }
+}
+
+/// Whether granule slot value `cur` is a chain listing `rec`.
+fn lists(cur: usize, rec: Ptr<Record>) -> bool {
+    tag(cur) == BUCKET && chain_any(target::<Bucket>(cur), |p| p == rec)
+}
+
+/// Whether any record of a chain satisfies `f` (writer side).
+fn chain_any(head: &Bucket, mut f: impl FnMut(Ptr<Record>) -> bool) -> bool {
+    let mut b = Some(head);
+    while let Some(bucket) = b {
+        let n = bucket.len.load(Relaxed).min(BUCKET_CAP);
+        if bucket.recs[..n]
+            .iter()
+            .filter_map(|r| Ptr::new(r.load(Relaxed)))
+            .any(&mut f)
+        {
+            return true;
+        }
+        b = Ptr::new(bucket.next.load(Relaxed)).map(|p| target::<Bucket>(slot_of(p, BUCKET)));
+    }
+    false
 }

@@ -8,7 +8,6 @@
 //! exclusive access (no reader can hold a borrow of the owning registry then). A [`Ptr`] is only
 //! made from a chunk element (or from a field that holds one, see `node.rs`), so it stays valid
 //! while the slab lives.
-#![allow(unsafe_code)]
 
 use core::ptr::NonNull;
 
