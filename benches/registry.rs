@@ -9,17 +9,55 @@
 //! Lookups: *hot* cycles through 256 pointers inside live ranges, *uniform* through 2^20 random
 //! ones, *miss* through pointers in no range (host memory, the common answer). *pair*: insert a
 //! range and `remove_allocation` it (pool: a fresh 4 KiB block after the last range; sparse: a
-//! 256-byte range in the gap after a random range, sharing its 4 KiB granule).
+//! 256-byte range in the gap after a random range, sharing its 4 KiB granule). *B/range*: heap
+//! bytes the structure holds after the inserts, per range (allocator-counted; the page table's
+//! 512 KiB top level is included, so it dominates at 1,000 ranges).
 
 #[path = "baseline/tree/mod.rs"]
 mod tree;
 
+use std::alloc::{GlobalAlloc, Layout as MemLayout, System};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::hint::black_box;
 use std::sync::RwLock;
 use std::time::Instant;
 
 use cuhook::registry::{Allocation, Registry};
+
+/// Counts live heap bytes, so each structure's footprint can be read off exactly (RSS would not
+/// show memory the allocator reuses).
+struct Counting;
+
+static HEAP: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: MemLayout) -> *mut u8 {
+        HEAP.fetch_add(l.size(), Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: MemLayout) -> *mut u8 {
+        HEAP.fetch_add(l.size(), Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc_zeroed(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: MemLayout) {
+        HEAP.fetch_sub(l.size(), Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: MemLayout, new: usize) -> *mut u8 {
+        HEAP.fetch_add(new, Ordering::Relaxed);
+        HEAP.fetch_sub(l.size(), Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 const BASE: usize = 0x7f00_0000_0000;
 const SLOT: usize = 1 << 16;
@@ -196,15 +234,9 @@ fn pairs<M: Map>(reg: &M, layout: Layout, n: usize, total: usize) -> f64 {
     t.elapsed().as_nanos() as f64 / done as f64
 }
 
-/// Resident memory of the process, bytes.
-fn rss() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: usize = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
+/// Live heap bytes.
+fn heap() -> usize {
+    HEAP.load(Ordering::Relaxed)
 }
 
 /// Median and spread of `runs` samples.
@@ -265,15 +297,15 @@ fn main() {
                 "{:>18} {:>22} {:>22} {:>22} {:>22} {:>22} {:>10}",
                 "structure", "hot", "hot, 2 threads", "uniform", "miss", "insert+remove", "B/range"
             );
-            let before = rss();
+            let before = heap();
             let a: Registry = build(layout, n);
-            let mem_a = rss().saturating_sub(before);
-            let before = rss();
+            let mem_a = heap().saturating_sub(before);
+            let before = heap();
             let b: tree::Registry = build(layout, n);
-            let mem_b = rss().saturating_sub(before);
-            let before = rss();
+            let mem_b = heap().saturating_sub(before);
+            let before = heap();
             let c: Locked = build(layout, n);
-            let mem_c = rss().saturating_sub(before);
+            let mem_c = heap().saturating_sub(before);
             let mut rows: Vec<Row> = (0..3)
                 .map(|_| Row {
                     hot: vec![],
