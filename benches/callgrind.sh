@@ -6,7 +6,9 @@
 # start-up, install and the live ranges' own inserts cancel.
 #
 #   benches/callgrind.sh [LIVE...]        (default: 1000 1000000)
-# Environment: LOOPS_A, LOOPS_B (default 20000, 40000), CC (default cc).
+# Environment: LOOPS_A, LOOPS_B (default 20000, 40000), CC (default cc), LIB (the library to
+# preload, default target/release/libcuhook.so), BASELINE (another libcuhook.so, e.g. built from
+# an older commit: adds its column, counted in the same run).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/target/callgrind"
@@ -36,9 +38,20 @@ slope() { # preload live
     y=$(count "$1" "$2" "$b")
     echo $(( (y - x) / (b - a) ))
 }
-printf '%-10s %10s %10s %10s\n' "live" "plain" "preloaded" "added"
+lib=${LIB:-$root/target/release/libcuhook.so}
+echo "instructions per cuMemAllocAsync+cuMemFreeAsync pair (slope between $a and $b pairs)"
+if [ -n "${BASELINE:-}" ]; then
+    printf '%-10s %10s %10s %10s %12s %14s\n' "live" "plain" "preloaded" "added" "baseline" "baseline added"
+else
+    printf '%-10s %10s %10s %10s\n' "live" "plain" "preloaded" "added"
+fi
 for live in "$@"; do
     p=$(slope "" "$live")
-    h=$(slope "$root/target/release/libcuhook.so" "$live")
-    printf '%-10s %10s %10s %10s\n' "$live" "$p" "$h" $((h - p))
+    h=$(slope "$lib" "$live")
+    if [ -n "${BASELINE:-}" ]; then
+        o=$(slope "$BASELINE" "$live")
+        printf '%-10s %10s %10s %10s %12s %14s\n' "$live" "$p" "$h" $((h - p)) "$o" $((o - p))
+    else
+        printf '%-10s %10s %10s %10s\n' "$live" "$p" "$h" $((h - p))
+    fi
 done

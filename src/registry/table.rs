@@ -38,6 +38,8 @@ pub(super) const TOP_SLOTS: usize = 1 << (usize::BITS - SHIFT[0]);
 pub(super) const FAN: usize = 1 << (SHIFT[0] - SHIFT[1]);
 
 const _: () = {
+    // The lookup walk is unrolled for exactly these levels.
+    assert!(LEVELS == 5);
     let mut l = 1;
     while l < LEVELS {
         assert!(SHIFT[l - 1] - SHIFT[l] == SHIFT[0] - SHIFT[1]);
@@ -206,15 +208,22 @@ fn walk(top: &AtomicPtr<Top>, ptr: usize) -> Found {
     };
     let mut at = &top.slots[index(0, ptr)];
     let mut slot = at.load(Acquire);
-    let mut l = 1;
-    while tag(slot) == TAB {
-        if l == LEVELS {
-            // A table where none can be: the path was rebuilt under us.
-            return Found::Retry;
-        }
-        at = &target::<Table>(slot).slots[index(l, ptr)];
-        slot = at.load(Acquire);
-        l += 1;
+    // The levels below the top, unrolled: constant shifts, no bounds checks.
+    macro_rules! step {
+        ($l:expr) => {
+            if tag(slot) == TAB {
+                at = &target::<Table>(slot).slots[(ptr >> SHIFT[$l]) & (FAN - 1)];
+                slot = at.load(Acquire);
+            }
+        };
+    }
+    step!(1);
+    step!(2);
+    step!(3);
+    step!(4);
+    if tag(slot) == TAB {
+        // A table where none can be: the path was rebuilt under us.
+        return Found::Retry;
     }
     match tag(slot) {
         REC => {
