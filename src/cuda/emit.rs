@@ -164,7 +164,8 @@ pub fn purge_before(api: &'static CStr, pred: impl Fn(&Allocation) -> bool) -> P
     Pending::Nothing
 }
 
-/// Finish after the real call.
+/// Finish after the real call (inlined: on the hot path it is a match that does nothing).
+#[inline]
 pub fn settle(pending: Pending, ok: bool) {
     match pending {
         Pending::Nothing => {}
@@ -173,8 +174,7 @@ pub fn settle(pending: Pending, ok: bool) {
                 // The driver refused the free: the memory is still allocated. The record goes
                 // back, and subscribers, who heard the free, hear the allocation again (flagged
                 // EXISTING).
-                registry::note_failed_free();
-                restore(&record);
+                refused(&record);
             }
         }
         Pending::AnnouncedSpan(free) => {
@@ -206,7 +206,9 @@ fn unmapped(ev: &MemEvent) {
 }
 
 /// Puts back a range whose free the driver refused, and announces it again.
-fn restore(record: &Allocation) {
+#[cold]
+fn refused(record: &Allocation) {
+    registry::note_failed_free();
     if registry::attached() {
         registry::global().insert(*record);
     }

@@ -400,6 +400,25 @@ impl Writer {
         true
     }
 
+    /// The pool case of a free: the range starting at `start` lies in one granule of the cached
+    /// leaf, alone, and the leaf keeps other ranges. Unlinks it in one store and returns it.
+    #[inline(always)]
+    pub(super) fn unlink_single(&mut self, start: usize) -> Option<Ptr<Record>> {
+        let leaf = self.cached_leaf(start, start)?;
+        let i = index(LEAF, start);
+        let cur = leaf.slots[i].load(Relaxed);
+        if tag(cur) != REC || leaf.used.is_none_or(|u| u.load(Relaxed) < 2) {
+            return None;
+        }
+        let p = ptr_of(cur);
+        let (lo, hi) = target::<Record>(cur).span();
+        if lo != start || hi >> SHIFT[LEAF] != lo >> SHIFT[LEAF] {
+            return None;
+        }
+        leaf.set(i, EMPTY);
+        Some(p)
+    }
+
     /// Unlinks `rec` (linked over `[lo, hi]`) when none of its granules is shared: the common
     /// free, one descent. Returns false, changing nothing, when the general path must run.
     pub(super) fn unlink_fast(&mut self, top: Level<'_>, lo: usize, hi: usize, rec: Ptr<Record>) -> bool {

@@ -187,10 +187,16 @@ impl Writer {
 
     /// Unlinks and frees the whole range of record `p`.
     fn drop_range(&mut self, top: Level<'_>, p: Ptr<Record>) -> Allocation {
-        let a = rec(p).get();
-        if !self.unlink_fast(top, a.start, a.last(), p) {
-            self.rewrite(top, a.start, a.last(), p, &[]);
+        let (lo, hi) = rec(p).span();
+        if !self.unlink_fast(top, lo, hi, p) {
+            self.rewrite(top, lo, hi, p, &[]);
         }
+        self.retire(p)
+    }
+
+    /// Frees the record of a range no slot links any more; returns the range.
+    fn retire(&mut self, p: Ptr<Record>) -> Allocation {
+        let a = rec(p).get();
         self.recs.free(p);
         self.count -= 1;
         self.live -= a.size as u128;
@@ -289,9 +295,14 @@ impl Registry {
     pub fn remove_allocation(&self, start: usize) -> Option<Allocation> {
         let mut guard = self.writer.lock();
         let w = &mut *guard;
-        let top = w.top_if_any(self)?;
-        let p = w.locate(top, start).filter(|&p| rec(p).span().0 == start)?;
-        let a = w.drop_range(top, p);
+        let a = match w.unlink_single(start) {
+            Some(p) => w.retire(p),
+            None => {
+                let top = w.top_if_any(self)?;
+                let p = w.locate(top, start).filter(|&p| rec(p).span().0 == start)?;
+                w.drop_range(top, p)
+            }
+        };
         self.publish(w);
         Some(a)
     }
