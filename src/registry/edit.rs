@@ -88,6 +88,11 @@ impl Writer {
         if self.leaf.is_some_and(|(_, l)| l == t) {
             self.leaf = None;
         }
+        if self.hint == Some(t) {
+            self.hint = None;
+        }
+        // A stale hint to a freed table must not match any pointer's region.
+        target::<Table>(slot_of(t, TAB)).base.store(0, Relaxed);
         self.tables.free(t);
     }
 
@@ -102,9 +107,25 @@ impl Writer {
             .then(|| Level::child(target::<Table>(slot_of(t, TAB)), LEAF, base))
     }
 
+    /// A new empty table. Recycled tables were freed empty (every slot EMPTY, count 0, base 0);
+    /// fresh ones are empty.
     fn new_table(&mut self) -> Ptr<Table> {
-        // Recycled tables were freed empty (every slot EMPTY, count 0); fresh ones are empty.
         self.tables.alloc()
+    }
+
+    /// Links table `t` (made by `new_table`, filled or not) into slot `i` of `at`, naming the
+    /// block it stands for; a level-1 table becomes the readers' hint (published with the edit).
+    fn link_table(&mut self, at: Level<'_>, i: usize, t: Ptr<Table>) -> &'static Table {
+        let (blo, _) = at.block(i);
+        // Before the link: a reader that reaches the table through the hint checks this.
+        target::<Table>(slot_of(t, TAB))
+            .base
+            .store(blo | (at.level + 1), Release);
+        at.set(i, slot_of(t, TAB));
+        if at.level == 0 {
+            self.hint = Some(t);
+        }
+        target::<Table>(slot_of(t, TAB))
     }
 
     /// Links `rec` into every slot of `[lo, hi]` below `at` (the range is clear there).
@@ -121,8 +142,7 @@ impl Writer {
                     TAB => target::<Table>(cur),
                     EMPTY => {
                         let t = self.new_table();
-                        at.set(i, slot_of(t, TAB));
-                        target::<Table>(slot_of(t, TAB))
+                        self.link_table(at, i, t)
                     }
                     _ => unreachable!("registry: link over a live range"),
                 };
@@ -161,7 +181,7 @@ impl Writer {
                                 self.link(inner, lo.max(blo), hi.min(bhi), p);
                             }
                         }
-                        at.set(i, slot_of(t, TAB));
+                        self.link_table(at, i, t);
                     }
                 }
             } else if at.level == LEAF {
@@ -341,8 +361,7 @@ impl Writer {
                 TAB => target::<Table>(cur),
                 EMPTY if create => {
                     let t = self.new_table();
-                    at.set(i, slot_of(t, TAB));
-                    target::<Table>(slot_of(t, TAB))
+                    self.link_table(at, i, t)
                 }
                 _ => return None,
             };

@@ -69,7 +69,7 @@ pub use global::{
     attach, attached, detach, forget_all, global, note_failed_free, note_unknown_free,
     replay_existing, stats, RegistryStats,
 };
-use table::Top;
+use table::{Table, Top};
 use write::{Writer, Yield};
 
 /// One registered address range and what is known about it.
@@ -191,6 +191,8 @@ pub struct Registry {
 struct ReadSide {
     /// The page table's top level; null until the first insert.
     top: AtomicPtr<Top>,
+    /// A level-1 table (512 GiB region): lookups in its region skip the top level.
+    hint: AtomicPtr<Table>,
 }
 
 #[repr(align(128))]
@@ -211,6 +213,7 @@ impl Registry {
         Registry {
             read: ReadSide {
                 top: AtomicPtr::new(core::ptr::null_mut()),
+                hint: AtomicPtr::new(core::ptr::null_mut()),
             },
             stats: Stats {
                 len: AtomicUsize::new(0),
@@ -234,7 +237,7 @@ impl Registry {
     #[inline]
     pub fn lookup_span(&self, ptr: usize, len: usize) -> Option<Allocation> {
         let last = ptr.checked_add(len.saturating_sub(1))?;
-        let raw = table::find(&self.read.top, ptr)?;
+        let raw = table::find(&self.read.top, &self.read.hint, ptr)?;
         // `raw` contains `ptr`, so `raw.start <= ptr <= last`. (Wrapping ops anyway: nothing on
         // this path may panic.)
         if last.wrapping_sub(raw.start) > raw.size.wrapping_sub(1) {

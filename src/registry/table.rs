@@ -69,6 +69,9 @@ pub(super) const fn index(l: usize, addr: usize) -> usize {
 #[repr(C, align(64))]
 pub(super) struct Table {
     pub(super) used: AtomicUsize,
+    /// First address of the block the table stands for, `| level` (lets a reader check that a
+    /// table it reached through the hint still stands for its pointer's region).
+    pub(super) base: AtomicUsize,
     pub(super) slots: [AtomicUsize; FAN],
 }
 
@@ -76,6 +79,7 @@ impl Fresh for Table {
     fn fresh() -> Self {
         Table {
             used: AtomicUsize::new(0),
+            base: AtomicUsize::new(0),
             slots: [const { AtomicUsize::new(EMPTY) }; FAN],
         }
     }
@@ -189,11 +193,12 @@ pub(super) enum Found {
     Retry,
 }
 
-/// The range containing `ptr`, lock-free. Retries only when the writer made progress.
+/// The range containing `ptr`, lock-free. Retries only when the writer made progress. `hint`
+/// is a level-1 table the writer last linked: a pointer in its region skips the top level.
 #[inline(always)]
-pub(super) fn find(top: &AtomicPtr<Top>, ptr: usize) -> Option<RawRecord> {
+pub(super) fn find(top: &AtomicPtr<Top>, hint: &AtomicPtr<Table>, ptr: usize) -> Option<RawRecord> {
     loop {
-        match walk(top, ptr) {
+        match walk(top, hint, ptr) {
             Found::Hit(r) => return Some(r),
             Found::Miss => return None,
             Found::Retry => core::hint::spin_loop(),
@@ -202,12 +207,28 @@ pub(super) fn find(top: &AtomicPtr<Top>, ptr: usize) -> Option<RawRecord> {
 }
 
 #[inline(always)]
-fn walk(top: &AtomicPtr<Top>, ptr: usize) -> Found {
-    let Some(top) = deref(top.load(Acquire)) else {
-        return Found::Miss;
-    };
-    let mut at = &top.slots[index(0, ptr)];
-    let mut slot = at.load(Acquire);
+fn walk(top: &AtomicPtr<Top>, hint: &AtomicPtr<Table>, ptr: usize) -> Found {
+    let region = ptr & !((1usize << SHIFT[0]) - 1);
+    let (mut at, mut slot);
+    match deref::<Table>(hint.load(Acquire)) {
+        // A stale hint (its table freed, or reused elsewhere) is like a stale table on the
+        // walk: what it yields is validated as any other read.
+        Some(h) if h.base.load(Relaxed) == region | 1 => {
+            at = &h.slots[index(1, ptr)];
+            slot = at.load(Acquire);
+        }
+        _ => {
+            let Some(top) = deref(top.load(Acquire)) else {
+                return Found::Miss;
+            };
+            at = &top.slots[index(0, ptr)];
+            slot = at.load(Acquire);
+            if tag(slot) == TAB {
+                at = &target::<Table>(slot).slots[index(1, ptr)];
+                slot = at.load(Acquire);
+            }
+        }
+    }
     // The levels below the top, unrolled: constant shifts, no bounds checks.
     macro_rules! step {
         ($l:expr) => {
@@ -217,7 +238,6 @@ fn walk(top: &AtomicPtr<Top>, ptr: usize) -> Found {
             }
         };
     }
-    step!(1);
     step!(2);
     step!(3);
     step!(4);

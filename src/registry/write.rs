@@ -39,6 +39,8 @@ pub(super) struct Writer {
     /// The leaf table last descended to, and its block's first address: consecutive edits in one
     /// 2 MiB block (a pool's) skip the descent. Forgotten when that table is freed.
     pub(super) leaf: Option<(usize, Ptr<Table>)>,
+    /// The level-1 table readers may start from (`ReadSide::hint`), set when one is linked.
+    pub(super) hint: Option<Ptr<Table>>,
 }
 
 // SAFETY: the writer owns its top table and slabs like a `Box` and `Vec`s of `Sync` elements; it
@@ -69,6 +71,7 @@ impl Writer {
             hits: Vec::new(),
             granule: Vec::new(),
             leaf: None,
+            hint: None,
         }
     }
 
@@ -384,6 +387,11 @@ impl Registry {
 
     /// Publishes the counters after an edit.
     fn publish(&self, w: &Writer) {
+        let hint = w.hint.map_or(core::ptr::null_mut(), |t| t.as_mut_ptr());
+        if self.read.hint.load(Ordering::Relaxed) != hint {
+            // Release: the table is linked and its base written before a reader can use it.
+            self.read.hint.store(hint, Ordering::Release);
+        }
         self.stats.len.store(w.count, Ordering::Release);
         let live = usize::try_from(w.live).unwrap_or(usize::MAX);
         self.stats.live_bytes.store(live, Ordering::Relaxed);

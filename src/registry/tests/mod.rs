@@ -156,6 +156,7 @@ impl Registry {
                     assert_eq!(t.used.load(Relaxed), used, "table count");
                     assert!(used > 0, "empty table left linked");
                     assert!(!want.is_empty(), "table over an empty block");
+                    assert_eq!(t.base.load(Relaxed), lo | (l + 1), "table base");
                 }
                 REC => {
                     let a = target::<Record>(v).get();
@@ -189,6 +190,14 @@ impl Registry {
                 _ => unreachable!(),
             }
         });
+        // The readers' hint names a linked level-1 table, if any.
+        if let Some(h) = deref::<Table>(self.read.hint.load(Acquire)) {
+            let base = h.base.load(Relaxed);
+            assert_eq!(base & 7, 1, "hint is not a level-1 table");
+            let top = deref::<super::table::Top>(self.read.top.load(Acquire)).expect("top");
+            let v = top.slots[base >> SHIFT[0]].load(Relaxed);
+            assert!(tag(v) == TAB && core::ptr::eq(target::<Table>(v), h), "hint not linked");
+        }
         // Every byte of every range is linked exactly once (slots do not overlap).
         assert_eq!(linked, bytes, "bytes linked");
         let w = self.writer.lock();
