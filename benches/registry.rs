@@ -18,8 +18,8 @@ mod tree;
 
 use std::alloc::{GlobalAlloc, Layout as MemLayout, System};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::hint::black_box;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::RwLock;
 use std::time::Instant;
 
@@ -187,7 +187,9 @@ fn inside(layout: Layout, n: usize, count: usize, seed: u64) -> Vec<usize> {
 /// Pointers in no range: host addresses far from the device ranges.
 fn outside(count: usize) -> Vec<usize> {
     let mut rng = Rng(9);
-    (0..count).map(|_| 0x5555_0000_0000 + rng.below(1 << 30)).collect()
+    (0..count)
+        .map(|_| 0x5555_0000_0000 + rng.below(1 << 30))
+        .collect()
 }
 
 /// ns per lookup over `total` lookups cycling through `ptrs`; checks every answer.
@@ -291,7 +293,11 @@ fn main() {
     println!("ns/op, median of {runs} alternated runs (min–max)");
     for layout in [Layout::Sparse, Layout::Pool] {
         for n in [1_000usize, 1_000_000] {
-            let name = if layout == Layout::Sparse { "sparse" } else { "pool" };
+            let name = if layout == Layout::Sparse {
+                "sparse"
+            } else {
+                "pool"
+            };
             println!("\n{name} layout, {n} ranges");
             println!(
                 "{:>18} {:>22} {:>22} {:>22} {:>22} {:>22} {:>10}",

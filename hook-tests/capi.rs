@@ -38,23 +38,25 @@ fn build_in(source: &str, dir: &std::path::Path) -> PathBuf {
     exe
 }
 
-fn build() -> PathBuf {
-    build_in("capi_test.c", &std::env::temp_dir())
-}
-
-#[test]
-fn c_program_linked_to_libcuhook_uses_the_whole_api() {
-    let exe = build();
-    // CUHOOK_DISABLE keeps the constructor from installing, so the program tests install itself.
+/// Builds and runs `fixtures/capi/<source>` with the constructor off (the program installs).
+fn run_fixture(source: &str) -> common::Run {
+    let exe = build_in(source, &std::env::temp_dir());
     let out = Command::new(&exe)
         .env("CUHOOK_DISABLE", "1")
         .output()
         .unwrap();
-    let run = common::Run {
+    let _ = std::fs::remove_file(exe);
+    common::Run {
         status: out.status,
         stdout: String::from_utf8_lossy(&out.stdout).into(),
         stderr: String::from_utf8_lossy(&out.stderr).into(),
-    };
+    }
+}
+
+#[test]
+fn c_program_linked_to_libcuhook_uses_the_whole_api() {
+    // CUHOOK_DISABLE keeps the constructor from installing, so the program tests install itself.
+    let run = run_fixture("capi_test.c");
     run.assert_passed(&[
         "strerror",
         "strerror_unknown",
@@ -96,7 +98,6 @@ fn c_program_linked_to_libcuhook_uses_the_whole_api() {
         "handler_again",
         "reinstalled_by_handler",
     ]);
-    let _ = std::fs::remove_file(exe);
 }
 
 /// In a secure-execution process (setgid here) the constructor installs nothing, even when asked
@@ -159,16 +160,7 @@ fn constructor_does_nothing_in_a_secure_process() {
 /// hooks were uninstalled is not reported live after a reinstall (issue 12, items 11 and 12).
 #[test]
 fn registry_reflects_only_successful_calls_seen_by_the_hooks() {
-    let exe = build_in("registry_truth.c", &std::env::temp_dir());
-    let out = Command::new(&exe)
-        .env("CUHOOK_DISABLE", "1")
-        .output()
-        .unwrap();
-    let run = common::Run {
-        status: out.status,
-        stdout: String::from_utf8_lossy(&out.stdout).into(),
-        stderr: String::from_utf8_lossy(&out.stderr).into(),
-    };
+    let run = run_fixture("registry_truth.c");
     run.assert_passed(&[
         "install",
         "unmap_never_mapped_fails",
@@ -192,5 +184,4 @@ fn registry_reflects_only_successful_calls_seen_by_the_hooks() {
         "kept_classified",
         "alloc_after_reinstall",
     ]);
-    let _ = std::fs::remove_file(exe);
 }

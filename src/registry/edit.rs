@@ -75,10 +75,7 @@ impl<'a> Level<'a> {
 
 /// Which of `pieces` covers all of `[lo, hi]`, if one does, and whether any touches it.
 fn cover(pieces: &[Piece], lo: usize, hi: usize) -> (Option<Ptr<Record>>, bool) {
-    let whole = pieces
-        .iter()
-        .find(|p| p.1 <= lo && hi <= p.2)
-        .map(|p| p.0);
+    let whole = pieces.iter().find(|p| p.1 <= lo && hi <= p.2).map(|p| p.0);
     (whole, pieces.iter().any(|p| p.1 <= hi && p.2 >= lo))
 }
 
@@ -194,7 +191,13 @@ impl Writer {
                     continue;
                 }
                 let child = target::<Table>(cur);
-                self.rewrite(Level::child(child, at.level + 1, blo), olo, ohi, old, pieces);
+                self.rewrite(
+                    Level::child(child, at.level + 1, blo),
+                    olo,
+                    ohi,
+                    old,
+                    pieces,
+                );
                 if child.used.load(Relaxed) == 0 {
                     at.set(i, EMPTY);
                     self.free_table(ptr_of(cur));
@@ -289,22 +292,7 @@ impl Writer {
             };
             match tag(cur) {
                 REC => return Some(ptr_of(cur)).filter(|&p| holds(p)),
-                BUCKET => {
-                    let mut b = Some(target::<Bucket>(cur));
-                    while let Some(bucket) = b {
-                        let n = bucket.len.load(Relaxed).min(BUCKET_CAP);
-                        let found = bucket.recs[..n]
-                            .iter()
-                            .filter_map(|r| Ptr::new(r.load(Relaxed)))
-                            .find(|&p| holds(p));
-                        if found.is_some() {
-                            return found;
-                        }
-                        b = Ptr::new(bucket.next.load(Relaxed))
-                            .map(|p| target::<Bucket>(slot_of(p, BUCKET)));
-                    }
-                    return None;
-                }
+                BUCKET => return chain_find(target::<Bucket>(cur), holds),
                 TAB => {
                     let (blo, _) = at.block(i);
                     at = Level::child(target::<Table>(cur), at.level + 1, blo);
@@ -317,7 +305,7 @@ impl Writer {
 
 /// The records of `pieces` (at most two) that touch `[lo, hi]`.
 fn touching(pieces: &[Piece], lo: usize, hi: usize) -> ([Ptr<Record>; 2], usize) {
-    let mut out = [pieces.first().map_or_else(|| Ptr::dangling(), |p| p.0); 2];
+    let mut out = [pieces.first().map_or_else(Ptr::dangling, |p| p.0); 2];
     let mut n = 0;
     for p in pieces.iter().filter(|p| p.1 <= hi && p.2 >= lo).take(2) {
         out[n] = p.0;
@@ -376,10 +364,17 @@ impl Writer {
         Some(at)
     }
 
-    /// Links `rec` over `[lo, hi]` when that needs no shared granule and the slots are free:
-    /// the common insert, one descent. Returns false, having changed nothing readers can see but
-    /// empty tables, when the general path must run.
-    pub(super) fn link_fast(&mut self, top: Level<'_>, lo: usize, hi: usize, rec: Ptr<Record>) -> bool {
+    /// Links `rec` over `[lo, hi]` in one descent when all its slots lie in one table and the
+    /// range is clear there (a granule it covers in part may hold ranges it does not meet): the
+    /// common insert. Returns false, having changed nothing readers can see but empty tables,
+    /// when the general path must run.
+    pub(super) fn link_fast(
+        &mut self,
+        top: Level<'_>,
+        lo: usize,
+        hi: usize,
+        rec: Ptr<Record>,
+    ) -> bool {
         // The pool case first: one free granule of the cached leaf.
         if let Some(leaf) = self.cached_leaf(lo, hi) {
             let i = index(LEAF, lo);
@@ -395,8 +390,7 @@ impl Writer {
                 None => return false,
             },
         };
-        let i = index(at.level, lo);
-        let span = if i == index(at.level, hi) { i..=i } else { at.span(lo, hi) };
+        let span = at.span(lo, hi);
         for i in span.clone() {
             let (blo, bhi) = at.block(i);
             let cur = at.slots[i].load(Relaxed);
@@ -438,9 +432,15 @@ impl Writer {
         Some(p)
     }
 
-    /// Unlinks `rec` (linked over `[lo, hi]`) when none of its granules is shared: the common
-    /// free, one descent. Returns false, changing nothing, when the general path must run.
-    pub(super) fn unlink_fast(&mut self, top: Level<'_>, lo: usize, hi: usize, rec: Ptr<Record>) -> bool {
+    /// Unlinks `rec` (linked over `[lo, hi]`) in one descent when all its slots lie in one
+    /// table: the common free. Returns false, changing nothing, when the general path must run.
+    pub(super) fn unlink_fast(
+        &mut self,
+        top: Level<'_>,
+        lo: usize,
+        hi: usize,
+        rec: Ptr<Record>,
+    ) -> bool {
         let cached = self.cached_leaf(lo, hi);
         let mine = slot_of(rec, REC);
         // The pool case first: the range's one granule of the cached leaf, not the last one used.
@@ -462,8 +462,7 @@ impl Writer {
                 None => return false,
             },
         };
-        let i = index(at.level, lo);
-        let span = if i == index(at.level, hi) { i..=i } else { at.span(lo, hi) };
+        let span = at.span(lo, hi);
         for i in span.clone() {
             let cur = at.slots[i].load(Relaxed);
             if cur != mine && !(at.level == LEAF && lists(cur, rec)) {
@@ -533,18 +532,23 @@ fn lists(cur: usize, rec: Ptr<Record>) -> bool {
 }
 
 /// Whether any record of a chain satisfies `f` (writer side).
-fn chain_any(head: &Bucket, mut f: impl FnMut(Ptr<Record>) -> bool) -> bool {
+fn chain_any(head: &Bucket, f: impl FnMut(Ptr<Record>) -> bool) -> bool {
+    chain_find(head, f).is_some()
+}
+
+/// The first record of a chain that satisfies `f` (writer side).
+fn chain_find(head: &Bucket, mut f: impl FnMut(Ptr<Record>) -> bool) -> Option<Ptr<Record>> {
     let mut b = Some(head);
     while let Some(bucket) = b {
         let n = bucket.len.load(Relaxed).min(BUCKET_CAP);
-        if bucket.recs[..n]
+        let found = bucket.recs[..n]
             .iter()
             .filter_map(|r| Ptr::new(r.load(Relaxed)))
-            .any(&mut f)
-        {
-            return true;
+            .find(|&p| f(p));
+        if found.is_some() {
+            return found;
         }
         b = Ptr::new(bucket.next.load(Relaxed)).map(|p| target::<Bucket>(slot_of(p, BUCKET)));
     }
-    false
+    None
 }

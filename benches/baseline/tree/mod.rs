@@ -1,7 +1,7 @@
 //! The registry as it was before the page table (B+tree, two copies behind a sequence latch),
 //! kept verbatim apart from its imports as the baseline `benches/registry.rs` compares against.
 //! Only the operations the benchmark uses are reached.
-#![allow(unsafe_code, dead_code)]
+#![allow(unsafe_code, dead_code, clippy::module_inception)]
 
 mod latch;
 mod node;

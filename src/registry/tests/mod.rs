@@ -88,7 +88,12 @@ impl Registry {
         let Some(top) = deref(self.read.top.load(Acquire)) else {
             return;
         };
-        fn rec(l: usize, base: usize, slots: &[AtomicUsize], f: &mut impl FnMut(usize, usize, usize, usize)) {
+        fn rec(
+            l: usize,
+            base: usize,
+            slots: &[AtomicUsize],
+            f: &mut impl FnMut(usize, usize, usize, usize),
+        ) {
             for (i, s) in slots.iter().enumerate() {
                 let v = s.load(Relaxed);
                 if v == EMPTY {
@@ -174,7 +179,7 @@ impl Registry {
                     while let Some(x) = b {
                         buckets += 1;
                         let n = x.len.load(Relaxed);
-                        assert!(n >= 1 && n <= BUCKET_CAP, "bucket length {n}");
+                        assert!((1..=BUCKET_CAP).contains(&n), "bucket length {n}");
                         b = deref(x.next.load(Relaxed));
                     }
                     let mut got: Vec<usize> =
@@ -196,7 +201,10 @@ impl Registry {
             assert_eq!(base & 7, 1, "hint is not a level-1 table");
             let top = deref::<super::table::Top>(self.read.top.load(Acquire)).expect("top");
             let v = top.slots[base >> SHIFT[0]].load(Relaxed);
-            assert!(tag(v) == TAB && core::ptr::eq(target::<Table>(v), h), "hint not linked");
+            assert!(
+                tag(v) == TAB && core::ptr::eq(target::<Table>(v), h),
+                "hint not linked"
+            );
         }
         // Every byte of every range is linked exactly once (slots do not overlap).
         assert_eq!(linked, bytes, "bytes linked");
