@@ -18,7 +18,7 @@ struct Caller {
 }
 
 fn caller() -> Caller {
-    let dir = env!("CUHOOK_FIXTURES_DIR");
+    let dir = cuhook_fixtures::DIR;
     let path = CString::new(format!("{dir}/libdlcaller.so")).unwrap();
     // SAFETY: loading a fixture library built by build.rs and looking up its two functions.
     unsafe {
@@ -79,7 +79,7 @@ extern "C" fn counting_getpid() -> libc::pid_t {
 
 fn main() {
     let c = caller();
-    let dir = env!("CUHOOK_FIXTURES_DIR");
+    let dir = cuhook_fixtures::DIR;
     let fresh = CString::new(format!("{dir}/libplugin_dep.so")).unwrap();
     let resident = CString::new(format!("{dir}/libplugin.so")).unwrap();
     // Keep `resident` loaded for the whole run.

@@ -1,6 +1,7 @@
 //! Command-line parsing and the subcommands.
 
 mod demo;
+mod demo_build;
 mod run;
 mod symbols;
 
