@@ -166,3 +166,21 @@ pub fn pkg_config_cuhook() -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
+
+/// The `cuhook` binary of this build, with none of the caller's cuhook settings.
+pub fn cuhook_command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cuhook"));
+    cmd.env_remove("CUHOOK_DISABLE").env_remove("LD_PRELOAD");
+    for v in ["CUHOOK_REPORT", "CUHOOK_TRACE"] {
+        cmd.env_remove(v);
+    }
+    cmd
+}
+
+/// A fresh, empty directory for one test's files.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cuhook-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create a scratch directory");
+    dir
+}

@@ -12,9 +12,9 @@ use crate::log::{write_fd, StackBuf};
 
 static FD: AtomicI32 = AtomicI32::new(-1);
 
-/// Open (append) the trace file; `%p` in the path becomes the process id.
+/// Open (append) the trace file; `%p` in the path becomes the process id, `%r` the MPI rank.
 pub fn open(path: &OsStr) -> std::io::Result<()> {
-    let path = super::expand_pid(path);
+    let path = super::expand_path(path);
     let mut bytes = path.as_bytes().to_vec();
     bytes.push(0);
     // SAFETY: NUL-terminated path; the returned descriptor is owned by this module.
