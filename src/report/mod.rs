@@ -2,7 +2,9 @@
 
 mod exit;
 mod path;
+pub mod replay;
 pub mod stats;
+pub mod summary;
 pub mod trace;
 
 use std::ffi::OsStr;

@@ -1,5 +1,7 @@
 //! `cuhook demo`: the bundled demo programs under cuhook, with a readable trace and the report.
 
+use cuhook::report::replay::field;
+
 use super::run::{exit_code, run_under_cuhook};
 use std::ffi::OsString;
 
@@ -18,16 +20,6 @@ const PROGRAMS: [(&str, &str); 3] = [
     ("demo_rt_shared", "shared CUDA runtime (libcudart.so): cudaMalloc, cudaMallocAsync, managed, pinned host"),
     ("demo_rt_static", "static CUDA runtime: the same calls, visible only through cuGetProcAddress"),
 ];
-
-/// A field of one trace line (`"key":value` or `"key":"value"`).
-fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    let pat = format!("\"{key}\":");
-    let Some(i) = line.find(&pat) else { return "" };
-    let rest = &line[i + pat.len()..];
-    let rest = rest.strip_prefix('"').unwrap_or(rest);
-    let end = rest.find(['"', ',', '}']).unwrap_or(rest.len());
-    &rest[..end]
-}
 
 fn human(size: &str) -> String {
     let n: f64 = size.parse().unwrap_or(0.0);
