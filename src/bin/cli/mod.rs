@@ -4,6 +4,7 @@ mod demo;
 mod demo_build;
 mod run;
 mod symbols;
+mod view;
 
 use std::ffi::OsString;
 
@@ -19,6 +20,9 @@ Usage:
   cuhook demo
       Run the bundled demo programs (fake CUDA driver and runtime) under cuhook and show
       the trace and the report. What `cargo run --release` does.
+  cuhook view [-o FILE] TRACE.jsonl...
+      Write FILE (default memory.html): a self-contained page showing each trace as a lane —
+      live bytes over time per memory type and device, events by API, peaks, the summary.
   cuhook symbols
       List every hooked symbol: name, group, and the name cuGetProcAddress is asked for.
   cuhook help | --help | -h
@@ -44,6 +48,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         "run" => run::main(rest),
         "demo" => demo::main(rest),
         "symbols" => symbols::main(rest),
+        "view" => view::main(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             0
