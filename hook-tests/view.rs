@@ -9,7 +9,7 @@ use std::process::Command;
 
 /// Chromium (Debian's `chromium`, or `$CUHOOK_CHROMIUM`), headless, with a fresh profile and
 /// nothing that reaches the network, bounded by `timeout` so a stuck browser fails the test.
-fn chromium(dir: &Path, args: &[&str], page: &Path) -> std::process::Output {
+fn chromium(dir: &Path, args: &[&str], url: &str) -> std::process::Output {
     let browser = std::env::var("CUHOOK_CHROMIUM").unwrap_or_else(|_| "chromium".to_owned());
     let profile = dir.join("chromium-profile");
     let out = Command::new("timeout")
@@ -26,7 +26,7 @@ fn chromium(dir: &Path, args: &[&str], page: &Path) -> std::process::Output {
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .args(args)
-        .arg(format!("file://{}", page.display()))
+        .arg(url)
         .env("HOME", dir)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {browser} (apt-get install chromium): {e}"));
@@ -38,9 +38,13 @@ fn chromium(dir: &Path, args: &[&str], page: &Path) -> std::process::Output {
     out
 }
 
+fn url(page: &Path, fragment: &str) -> String {
+    format!("file://{}{fragment}", page.display())
+}
+
 /// Load the page; panic unless its script reported success. Returns the rendered DOM.
-fn render(dir: &Path, page: &Path) -> String {
-    let dom = String::from_utf8_lossy(&chromium(dir, &["--dump-dom"], page).stdout).into_owned();
+fn render(dir: &Path, url: &str) -> String {
+    let dom = String::from_utf8_lossy(&chromium(dir, &["--dump-dom"], url).stdout).into_owned();
     assert!(
         dom.contains("<body data-status=\"ok\">"),
         "the page did not render:\n{}",
@@ -91,8 +95,11 @@ fn ranks_of_a_run_render_as_lanes_with_the_report_summary() {
     }
     let traces: Vec<PathBuf> = (0..3).map(|r| dir.join(format!("t.{r}.jsonl"))).collect();
     let page = view(&dir, &traces);
-    let dom = render(&dir, &page);
+    let dom = render(&dir, &url(&page, ""));
     assert!(dom.contains("rendered 3 lanes"), "{dom}");
+    assert!(dom.contains("lanes aligned in time"), "time view first");
+    let by_order = render(&dir, &url(&page, "#order"));
+    assert!(by_order.contains("x is each event's position in its trace"));
     for r in 0..3 {
         assert!(
             dom.contains(&format!("t.{r}.jsonl")),
@@ -119,7 +126,7 @@ fn ranks_of_a_run_render_as_lanes_with_the_report_summary() {
             "--window-size=1280,1000",
             &format!("--screenshot={}", shot.display()),
         ],
-        &page,
+        &url(&page, "#order"),
     );
     let png = std::fs::read(&shot).unwrap();
     assert!(
@@ -169,7 +176,7 @@ fn a_million_events_are_downsampled_and_summed_exactly() {
         size < trace_size / 50,
         "page {size} bytes for a {trace_size}-byte trace"
     );
-    let dom = render(&dir, &page);
+    let dom = render(&dir, &url(&page, ""));
     assert!(dom.contains("1,000,000 events"), "event count missing");
     // Exact numbers: every call counted, the kept allocations live, the stray frees unknown.
     assert!(

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::model::{Lane, Model};
+use super::model::{Axis, Lane, Model, View};
 
 /// `s` as a JSON string literal, safe inside an HTML `<script>` element.
 pub fn string(s: &str) -> String {
@@ -110,18 +110,26 @@ fn lane(l: &Lane) -> String {
     o
 }
 
+fn view(v: &View) -> String {
+    let lanes: Vec<String> = v.lanes.iter().map(lane).collect();
+    format!(
+        "{{\"timed\":{},\"t0\":\"{}\",\"span\":{},\"lanes\":[{}]}}",
+        v.axis == Axis::Time,
+        v.t0,
+        v.span,
+        lanes.join(",")
+    )
+}
+
 /// The whole model.
 pub fn model(m: &Model) -> String {
     let apis: Vec<String> = m.apis.iter().map(|a| string(a)).collect();
-    let lanes: Vec<String> = m.lanes.iter().map(lane).collect();
+    let views: Vec<String> = m.views.iter().map(view).collect();
     format!(
-        "{{\"timed\":{},\"t0\":\"{}\",\"span\":{},\"buckets\":{},\"apis\":[{}],\"lanes\":[{}]}}",
-        m.timed,
-        m.t0,
-        m.span,
+        "{{\"buckets\":{},\"apis\":[{}],\"views\":[{}]}}",
         super::model::BUCKETS,
         apis.join(","),
-        lanes.join(",")
+        views.join(",")
     )
 }
 

@@ -82,11 +82,12 @@ fn natural_key(name: &str) -> Vec<(String, u64)> {
     key
 }
 
-/// The page for `traces` (name, contents).
-fn page(traces: &[(String, String)]) -> String {
-    let data = json::model(&model::build(traces));
-    PAGE.replacen("/*CUHOOK_SCRIPT*/", SCRIPT, 1)
-        .replacen("/*CUHOOK_DATA*/", &data, 1)
+/// The page for `traces` (name, reader).
+fn page<R: std::io::BufRead>(traces: Vec<(String, R)>) -> std::io::Result<String> {
+    let data = json::model(&model::build(traces)?);
+    Ok(PAGE
+        .replacen("/*CUHOOK_SCRIPT*/", SCRIPT, 1)
+        .replacen("/*CUHOOK_DATA*/", &data, 1))
 }
 
 pub fn main(args: &[OsString]) -> i32 {
@@ -105,10 +106,10 @@ pub fn main(args: &[OsString]) -> i32 {
         .sort_by_cached_key(|p| natural_key(&p.to_string_lossy()));
     let mut traces = Vec::new();
     for path in &opts.traces {
-        match std::fs::read(path) {
-            Ok(bytes) => traces.push((
+        match std::fs::File::open(path) {
+            Ok(f) => traces.push((
                 path.display().to_string(),
-                String::from_utf8_lossy(&bytes).into_owned(),
+                std::io::BufReader::with_capacity(1 << 20, f),
             )),
             Err(e) => {
                 eprintln!("cuhook view: cannot read {}: {e}", path.display());
@@ -116,7 +117,14 @@ pub fn main(args: &[OsString]) -> i32 {
             }
         }
     }
-    let html = page(&traces);
+    let count = traces.len();
+    let html = match page(traces) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("cuhook view: cannot read a trace: {e}");
+            return 1;
+        }
+    };
     if let Err(e) = std::fs::write(&opts.output, html) {
         eprintln!("cuhook view: cannot write {}: {e}", opts.output.display());
         return 1;
@@ -124,8 +132,8 @@ pub fn main(args: &[OsString]) -> i32 {
     println!(
         "cuhook view: wrote {} ({} trace{})",
         opts.output.display(),
-        traces.len(),
-        if traces.len() == 1 { "" } else { "s" }
+        count,
+        if count == 1 { "" } else { "s" }
     );
     0
 }
@@ -152,7 +160,7 @@ mod tests {
 
     #[test]
     fn the_page_is_self_contained() {
-        let html = page(&[("x</script>.jsonl".into(), String::new())]);
+        let html = page(vec![("x</script>.jsonl".to_owned(), &b""[..])]).unwrap();
         assert!(!html.contains("/*CUHOOK_DATA*/") && !html.contains("/*CUHOOK_SCRIPT*/"));
         // One closing tag per script element: no name can end one early.
         assert_eq!(html.matches("</script>").count(), 2);

@@ -5,6 +5,7 @@
 //! size depends on the number of buckets, not on the number of events.
 
 use std::collections::HashMap;
+use std::io::BufRead;
 
 use cuhook::events::{EventKind, MemType};
 use cuhook::report::replay::{parse_line, Replay, SeriesKey};
@@ -70,15 +71,30 @@ pub struct Lane {
     pub summary: String,
 }
 
-/// Every lane on one time axis.
-#[derive(Debug, Clone, Default)]
-pub struct Model {
+/// What the x axis counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Axis {
+    /// Wall-clock ns since the first event of all traces (lanes line up in time).
+    Time,
+    /// The event's position in its trace (short bursts spread out; lanes do not line up).
+    Order,
+}
+
+/// Every lane on one x axis.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub axis: Axis,
     pub lanes: Vec<Lane>,
-    pub apis: Vec<String>,
-    /// Whether x is wall-clock ns since `t0` (every event had a time) or the event's index.
-    pub timed: bool,
     pub t0: u64,
     pub span: u64,
+}
+
+/// The traces drawn both ways; the page switches between them.
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub apis: Vec<String>,
+    /// The time view exists only when every event carried a time.
+    pub views: Vec<View>,
 }
 
 struct Parsed {
@@ -92,17 +108,24 @@ struct Parsed {
 
 fn parse(
     name: &str,
-    text: &str,
+    mut input: impl BufRead,
     apis: &mut Vec<String>,
     api_index: &mut HashMap<String, usize>,
-) -> Parsed {
+) -> std::io::Result<Parsed> {
     let mut replay = Replay::new();
     let mut series: Vec<SeriesKey> = Vec::new();
     let mut points = Vec::new();
     let mut skipped = 0;
     let mut timed = true;
     let mut last_t = 0;
-    for line in text.lines() {
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        if input.read_until(b'\n', &mut buf)? == 0 {
+            break;
+        }
+        let line = String::from_utf8_lossy(&buf);
+        let line = line.trim_end();
         let Some(ev) = parse_line(line) else {
             skipped += u64::from(!line.trim().is_empty());
             continue;
@@ -142,14 +165,14 @@ fn parse(
     }
     let mut summary = String::new();
     replay.summary().write(&mut summary);
-    Parsed {
+    Ok(Parsed {
         name: name.to_owned(),
         points,
         series,
         skipped,
         summary,
         timed,
-    }
+    })
 }
 
 fn bucket_of(x: u64, t0: u64, span: u64) -> usize {
@@ -157,7 +180,7 @@ fn bucket_of(x: u64, t0: u64, span: u64) -> usize {
     ((off * BUCKETS as u128) / (span.max(1) as u128 + 1)) as usize
 }
 
-fn lane(p: Parsed, t0: u64, span: u64) -> Lane {
+fn lane(p: &Parsed, axis: Axis, t0: u64, span: u64) -> Lane {
     let mut series: Vec<Series> = p
         .series
         .iter()
@@ -173,15 +196,19 @@ fn lane(p: Parsed, t0: u64, span: u64) -> Lane {
         .collect();
     let mut buckets: Vec<Vec<ApiBucket>> = vec![Vec::new(); BUCKETS];
     let mut largest: Vec<Option<Largest>> = vec![None; BUCKETS];
-    for pt in &p.points {
-        let b = bucket_of(pt.x, t0, span);
+    for (i, pt) in p.points.iter().enumerate() {
+        let x = match axis {
+            Axis::Time => pt.x,
+            Axis::Order => i as u64,
+        };
+        let b = bucket_of(x, t0, span);
         let s = &mut series[pt.series];
         s.min[b] = s.min[b].min(pt.live);
         s.max[b] = s.max[b].max(pt.live);
         s.last[b] = pt.live;
         if pt.live > s.peak {
             s.peak = pt.live;
-            s.peak_x = pt.x - t0;
+            s.peak_x = x - t0;
         }
         let alloc = pt.kind == EventKind::Alloc;
         let row = match buckets[b].iter().position(|r| r.api == pt.api) {
@@ -208,7 +235,7 @@ fn lane(p: Parsed, t0: u64, span: u64) -> Lane {
                 size: pt.size,
                 address: pt.address,
                 series: pt.series,
-                x: pt.x - t0,
+                x: x - t0,
             });
         }
     }
@@ -228,41 +255,61 @@ fn lane(p: Parsed, t0: u64, span: u64) -> Lane {
         }
     }
     Lane {
-        name: p.name,
+        name: p.name.clone(),
         events: p.points.len() as u64,
         skipped: p.skipped,
         series,
         buckets,
         largest,
-        summary: p.summary,
+        summary: p.summary.clone(),
     }
 }
 
-/// Build the model of `traces` (name, contents), one lane each.
-pub fn build(traces: &[(String, String)]) -> Model {
+/// Build the model of `traces` (name, reader of its lines), one lane each. Each trace is read
+/// once, line by line.
+pub fn build<R: BufRead>(traces: Vec<(String, R)>) -> std::io::Result<Model> {
     let mut apis = Vec::new();
     let mut api_index = HashMap::new();
-    let parsed: Vec<Parsed> = traces
-        .iter()
-        .map(|(name, text)| parse(name, text, &mut apis, &mut api_index))
-        .collect();
-    let timed = parsed.iter().all(|p| p.timed);
-    let xs = parsed.iter().flat_map(|p| p.points.iter().map(|pt| pt.x));
-    let (t0, t1) = xs.fold((u64::MAX, 0), |(lo, hi), x| (lo.min(x), hi.max(x)));
-    let (t0, span) = if t0 == u64::MAX {
-        (0, 0)
-    } else if timed {
-        (t0, t1 - t0)
-    } else {
-        (0, t1)
-    };
-    Model {
-        lanes: parsed.into_iter().map(|p| lane(p, t0, span)).collect(),
-        apis,
-        timed,
-        t0,
-        span,
+    let mut parsed = Vec::with_capacity(traces.len());
+    for (name, input) in traces {
+        parsed.push(parse(&name, input, &mut apis, &mut api_index)?);
     }
+    let mut views = Vec::new();
+    if parsed.iter().all(|p| p.timed) {
+        let xs = parsed.iter().flat_map(|p| p.points.iter().map(|pt| pt.x));
+        let (t0, t1) = xs.fold((u64::MAX, 0), |(lo, hi), x| (lo.min(x), hi.max(x)));
+        let (t0, span) = if t0 == u64::MAX {
+            (0, 0)
+        } else {
+            (t0, t1 - t0)
+        };
+        views.push(View {
+            axis: Axis::Time,
+            lanes: parsed
+                .iter()
+                .map(|p| lane(p, Axis::Time, t0, span))
+                .collect(),
+            t0,
+            span,
+        });
+    }
+    let span = parsed
+        .iter()
+        .map(|p| p.points.len() as u64)
+        .max()
+        .unwrap_or(1)
+        .max(1)
+        - 1;
+    views.push(View {
+        axis: Axis::Order,
+        lanes: parsed
+            .iter()
+            .map(|p| lane(p, Axis::Order, 0, span))
+            .collect(),
+        t0: 0,
+        span,
+    });
+    Ok(Model { apis, views })
 }
 
 #[cfg(test)]
@@ -315,9 +362,10 @@ mod tests {
             );
         }
         text += "{\"event\":\"alloc\",\"api\n";
-        let m = build(&[("t.0.jsonl".into(), text)]);
-        assert!(m.timed);
-        assert_eq!(m.t0, t0);
+        let model = build(vec![("t.0.jsonl".to_owned(), text.as_bytes())]).unwrap();
+        assert_eq!(model.views.len(), 2);
+        let m = &model.views[0];
+        assert_eq!((m.axis, m.t0), (Axis::Time, t0));
         let lane = &m.lanes[0];
         assert_eq!((lane.events, lane.skipped), (20_002, 1));
         assert_eq!(lane.series.len(), 1);
@@ -330,7 +378,7 @@ mod tests {
         assert_eq!(s.last[BUCKETS - 1], 0);
         // Every event is counted once, per API, in some bucket.
         let count = |api: &str| -> u64 {
-            let i = m.apis.iter().position(|a| a == api).unwrap();
+            let i = model.apis.iter().position(|a| a == api).unwrap();
             lane.buckets
                 .iter()
                 .flatten()
@@ -349,6 +397,11 @@ mod tests {
         let big = lane.largest[spike].unwrap();
         assert_eq!((big.size, big.address), (64 << 20, 0x9000_0000));
         assert!(lane.summary.contains("Calls by API:"));
+        // By event order, the spike is event 10 002 of 20 002.
+        let o = &model.views[1];
+        assert_eq!((o.axis, o.span), (Axis::Order, 20_001));
+        assert_eq!(o.lanes[0].series[0].peak_x, 10_001);
+        assert_eq!(o.lanes[0].series[0].peak, s.peak);
     }
 
     #[test]
@@ -356,7 +409,12 @@ mod tests {
         let a = line("alloc", "cudaMalloc", 0x10, 100, 0, 5_000)
             + &line("free", "cudaFree", 0x10, 100, 0, 6_000);
         let b = line("alloc", "cudaMalloc", 0x10, 300, 1, 9_000);
-        let m = build(&[("t.0.jsonl".into(), a), ("t.1.jsonl".into(), b)]);
+        let model = build(vec![
+            ("t.0.jsonl".to_owned(), a.as_bytes()),
+            ("t.1.jsonl".to_owned(), b.as_bytes()),
+        ])
+        .unwrap();
+        let m = &model.views[0];
         assert_eq!((m.t0, m.span), (5_000, 4_000));
         assert_eq!(m.lanes[1].series[0].peak_x, 4_000);
         assert_eq!(m.lanes[1].series[0].last[BUCKETS - 1], 300);

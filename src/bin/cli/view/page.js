@@ -85,7 +85,7 @@
     for (let i = 0; i <= 5; i++) {
       const x = M.left + (plotW * i) / 5;
       g.textAlign = i === 0 ? "left" : i === 5 ? "right" : "center";
-      g.fillText(when(data, (data.span * i) / 5), x, axisY);
+      g.fillText(when(data, ((data.span + 1) * i) / 5), x, axisY);
     }
 
     // Live bytes: the band between each bucket's min and max, and a line through its last value.
@@ -170,8 +170,8 @@
   }
 
   function details(data, lane, b) {
-    const lo = (data.span * b) / data.buckets;
-    const hi = (data.span * (b + 1)) / data.buckets;
+    const lo = ((data.span + 1) * b) / data.buckets;
+    const hi = ((data.span + 1) * (b + 1)) / data.buckets;
     const lines = [lane.name + "  " + when(data, lo) + " – " + when(data, hi)];
     for (const s of lane.series) {
       const range = s.min[b] === s.max[b] ? "" : "  (" + bytes(s.min[b]) + " – " + bytes(s.max[b]) + ")";
@@ -193,15 +193,15 @@
     return lines.join("\n");
   }
 
-  function main() {
-    const data = JSON.parse(document.getElementById("cuhook-data").textContent);
+  // Draws one view (time or event order) of every lane into #lanes.
+  function renderView(data, tip) {
+    const lanesEl = document.getElementById("lanes");
+    lanesEl.textContent = "";
     const total = data.lanes.reduce((a, l) => a + l.events, 0);
     document.getElementById("meta").textContent = data.lanes.length + " trace" +
-      (data.lanes.length === 1 ? "" : "s") + ", " + total.toLocaleString("en") + " events over " +
-      when(data, data.span) + (data.timed ? "" : " (traces without times: x is the event number)");
-    legend(document.getElementById("apis"), data.apis.map((a, i) => [a, apiColor(i)]));
-    const tip = document.getElementById("tip");
-    const lanesEl = document.getElementById("lanes");
+      (data.lanes.length === 1 ? "" : "s") + ", " + total.toLocaleString("en") + " events" +
+      (data.timed ? " over " + when(data, data.span) + " (lanes aligned in time)" : ", x is each event's position in its trace");
+    const redraws = [];
     for (const lane of data.lanes) {
       const box = document.createElement("section");
       box.className = "lane";
@@ -229,7 +229,7 @@
       box.appendChild(sum);
       lanesEl.appendChild(box);
       let geometry = drawLane(data, lane, canvas);
-      window.addEventListener("resize", () => { geometry = drawLane(data, lane, canvas); });
+      redraws.push(() => { geometry = drawLane(data, lane, canvas); });
       canvas.addEventListener("mousemove", (ev) => {
         const rect = canvas.getBoundingClientRect();
         const x = ev.clientX - rect.left - M.left;
@@ -244,8 +244,32 @@
       });
       canvas.addEventListener("mouseleave", () => { tip.hidden = true; cursor.hidden = true; });
     }
-    statusEl.textContent = "rendered " + data.lanes.length + " lane" + (data.lanes.length === 1 ? "" : "s") +
-      " (" + data.buckets + " buckets each; numbers in the summaries are exact)";
+    return redraws;
+  }
+
+  function main() {
+    const model = JSON.parse(document.getElementById("cuhook-data").textContent);
+    const views = model.views.map((v) => Object.assign({ buckets: model.buckets, apis: model.apis }, v));
+    legend(document.getElementById("apis"), model.apis.map((a, i) => [a, apiColor(i)]));
+    const tip = document.getElementById("tip");
+    const axis = document.getElementById("axis");
+    let redraws = [];
+    function show(view) {
+      redraws = renderView(view, tip);
+      for (const b of axis.querySelectorAll("button"))
+        b.setAttribute("aria-pressed", String((b.dataset.axis === "time") === view.timed));
+    }
+    for (const b of axis.querySelectorAll("button")) {
+      const view = views.find((v) => (b.dataset.axis === "time") === v.timed);
+      if (view) b.addEventListener("click", () => { location.hash = b.dataset.axis; show(view); });
+      else b.disabled = true;
+    }
+    window.addEventListener("resize", () => redraws.forEach((r) => r()));
+    const wanted = location.hash === "#order" ? views.find((v) => !v.timed) : views[0];
+    show(wanted || views[0]);
+    const lanes = views[0].lanes.length;
+    statusEl.textContent = "rendered " + lanes + " lane" + (lanes === 1 ? "" : "s") +
+      " (" + model.buckets + " buckets each; numbers in the summaries are exact)";
   }
 
   try {
