@@ -32,6 +32,13 @@ pub fn expand_path(path: &OsStr) -> OsString {
 }
 
 /// [`expand_path`] with `%p` standing for `pid` (the command `cuhook run` started).
+///
+/// ```
+/// // Under `mpirun`, Open MPI tells each rank its number:
+/// std::env::set_var("OMPI_COMM_WORLD_RANK", "3");
+/// let name = cuhook::report::expand_path_for("t.%r.%p.jsonl".as_ref(), 4242);
+/// assert_eq!(name, "t.3.4242.jsonl");
+/// ```
 pub fn expand_path_for(path: &OsStr, pid: u32) -> OsString {
     expand(path.as_bytes(), &pid.to_string(), &rank())
 }

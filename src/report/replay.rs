@@ -58,6 +58,21 @@ fn mem_type(name: &str) -> MemType {
 }
 
 /// Parse one trace line; `None` for a line that is not an event (blank, truncated, foreign).
+///
+/// ```
+/// use cuhook::events::{EventKind, MemType};
+/// use cuhook::report::replay::{parse_line, Replay};
+///
+/// let line = r#"{"event":"alloc","api":"cudaMalloc","address":"0x7f0000000000","size":4096,"mem_type":"cuda","device":0,"flags":0,"stream":"0x0","pool":"0x0","tid":7,"time_ns":1}"#;
+/// let ev = parse_line(line).unwrap();
+/// assert_eq!((ev.kind, ev.api, ev.size, ev.mem_type), (EventKind::Alloc, "cudaMalloc", 4096, MemType::Cuda));
+///
+/// let mut replay = Replay::new();
+/// replay.apply(&ev);
+/// let mut report = String::new();
+/// replay.summary().write(&mut report);
+/// assert!(report.contains("Live allocations at exit: 1 (4.0 KiB)"));
+/// ```
 pub fn parse_line(line: &str) -> Option<TraceEvent<'_>> {
     let kind = match field(line, "event") {
         "alloc" => EventKind::Alloc,
