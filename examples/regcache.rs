@@ -80,9 +80,14 @@ fn registration_key(buf: usize, len: usize) -> Option<u32> {
 /// into, so a Rust program sees the allocations of the libraries it loads (the CUDA runtime,
 /// libtorch, ...), here the runtime's, whose calls into the driver cuhook hooks.
 struct Runtime {
-    malloc: unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int,
-    free: unsafe extern "C" fn(*mut c_void) -> c_int,
+    malloc: MallocFn,
+    free: FreeFn,
 }
+
+/// `cudaMalloc`.
+type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
+/// `cudaFree`.
+type FreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 
 impl Runtime {
     /// Load the CUDA runtime (`libcudart.so.13`, or the name in `$CUDART`).
@@ -105,8 +110,8 @@ impl Runtime {
                 }
             };
             Ok(Runtime {
-                malloc: std::mem::transmute::<*mut c_void, _>(sym(c"cudaMalloc")?),
-                free: std::mem::transmute::<*mut c_void, _>(sym(c"cudaFree")?),
+                malloc: std::mem::transmute::<*mut c_void, MallocFn>(sym(c"cudaMalloc")?),
+                free: std::mem::transmute::<*mut c_void, FreeFn>(sym(c"cudaFree")?),
             })
         }
     }
