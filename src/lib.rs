@@ -55,7 +55,7 @@ pub mod elf;
 pub mod error;
 pub mod events;
 pub mod hooks;
-pub(crate) mod init;
+pub mod init;
 #[doc(hidden)]
 pub mod log;
 #[doc(hidden)]

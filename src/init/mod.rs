@@ -15,7 +15,7 @@ use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use crate::log::Level;
-pub use config::{Config, ReportTarget};
+pub use config::{Config, ReportTarget, Warning};
 
 use crate::report;
 use crate::Result;
