@@ -95,20 +95,15 @@ fn rust_registration_cache() {
 
 /// `cuhook run --report --trace -- python3 leaky.py ARGS`: the report and the trace.
 fn leak_hunt(dir: &Path, args: &[&str]) -> (String, String) {
-    let out = common::cuhook_command()
-        .current_dir(dir)
-        .env("CUDART", common::fixtures_dir().join("libcudart.so.13"))
-        .args([
-            "run", "--report", "r.txt", "--trace", "t.jsonl", "--", "python3",
-        ])
-        .arg(root().join("examples/leak-hunt/leaky.py"))
-        .args(args)
-        .output()
-        .expect("run cuhook run -- python3");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::output_ok(
+        common::cuhook_command()
+            .current_dir(dir)
+            .env("CUDART", common::fixtures_dir().join("libcudart.so.13"))
+            .args([
+                "run", "--report", "r.txt", "--trace", "t.jsonl", "--", "python3",
+            ])
+            .arg(root().join("examples/leak-hunt/leaky.py"))
+            .args(args),
     );
     let report = std::fs::read_to_string(dir.join("r.txt")).unwrap();
     let trace = std::fs::read_to_string(dir.join("t.jsonl")).unwrap();
@@ -134,12 +129,12 @@ fn python_leak_hunt_finds_one_buffer_per_step() {
         "3 allocations and 2 frees per step"
     );
     // The trace opens in the viewer.
-    let out = common::cuhook_command()
-        .current_dir(&dir)
-        .args(["view", "-o", "leak.html", "t.jsonl"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    common::output_ok(common::cuhook_command().current_dir(&dir).args([
+        "view",
+        "-o",
+        "leak.html",
+        "t.jsonl",
+    ]));
     let html = std::fs::read_to_string(dir.join("leak.html")).unwrap();
     assert!(html.contains("Live allocations at exit: 20 (5.0 MiB)"));
 

@@ -18,23 +18,7 @@ fn readelf_dynamic(file: &Path) -> String {
 
 /// Build fixtures/install/hello.c with the flags pkg-config gives, against `pc_dir`.
 fn build_hello(pc_dir: &Path, sysroot: Option<&Path>, exe: &Path) -> Vec<String> {
-    let mut pc = Command::new("pkg-config");
-    pc.args(["--cflags", "--libs", "cuhook"])
-        .env("PKG_CONFIG_PATH", pc_dir);
-    if let Some(s) = sysroot {
-        pc.env("PKG_CONFIG_SYSROOT_DIR", s);
-    }
-    let out = pc.output().expect("run pkg-config");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let flags: Vec<String> = String::from_utf8(out.stdout)
-        .unwrap()
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
+    let flags = common::pkg_config_flags(pc_dir, sysroot);
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/install/hello.c");
     let status = Command::new("cc")
         .arg(&src)
@@ -109,18 +93,13 @@ fn program_built_with_only_pkg_config_flags_runs() {
 fn staged_install_names_the_final_prefix() {
     let stage = std::env::temp_dir().join(format!("cuhook-stage-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&stage);
-    let out = Command::new("sh")
-        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/install-c.sh"))
-        .args(["--prefix", "/opt/cuhook", "--destdir"])
-        .arg(&stage)
-        .arg("--lib")
-        .arg(common::libcuhook())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::output_ok(
+        Command::new("sh")
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/install-c.sh"))
+            .args(["--prefix", "/opt/cuhook", "--destdir"])
+            .arg(&stage)
+            .arg("--lib")
+            .arg(common::libcuhook()),
     );
     let root = stage.join("opt/cuhook");
     let pc = std::fs::read_to_string(root.join("lib/pkgconfig/cuhook.pc")).unwrap();

@@ -119,25 +119,20 @@ fn percent_p_is_the_command_pid_in_both_files() {
     let dir = common::scratch_dir("mpi-pid");
     let program = common::fixtures_dir().join("demo_driver");
     // The shell records its pid, then becomes the program: the command's pid is that pid.
-    let out = common::cuhook_command()
-        .current_dir(&dir)
-        .env("PMI_RANK", "7")
-        .args([
-            "run",
-            "--report",
-            "r.%r.%p.txt",
-            "--trace",
-            "t.%r.%p.jsonl",
-            "--",
-        ])
-        .args(["sh", "-c", "echo $$ > pid; exec \"$0\""])
-        .arg(&program)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::output_ok(
+        common::cuhook_command()
+            .current_dir(&dir)
+            .env("PMI_RANK", "7")
+            .args([
+                "run",
+                "--report",
+                "r.%r.%p.txt",
+                "--trace",
+                "t.%r.%p.jsonl",
+                "--",
+            ])
+            .args(["sh", "-c", "echo $$ > pid; exec \"$0\""])
+            .arg(&program),
     );
     let pid = read(&dir, "pid").trim().to_owned();
     assert!(read(&dir, &format!("r.7.{pid}.txt")).contains("cuMemAlloc_v2"));

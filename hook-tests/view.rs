@@ -55,17 +55,12 @@ fn render(dir: &Path, url: &str) -> String {
 
 fn view(dir: &Path, traces: &[PathBuf]) -> PathBuf {
     let page = dir.join("memory.html");
-    let out = common::cuhook_command()
-        .arg("view")
-        .arg("-o")
-        .arg(&page)
-        .args(traces)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::output_ok(
+        common::cuhook_command()
+            .arg("view")
+            .arg("-o")
+            .arg(&page)
+            .args(traces),
     );
     page
 }

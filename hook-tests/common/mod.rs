@@ -149,17 +149,22 @@ pub fn installed_c_prefix() -> PathBuf {
 /// `pkg-config --cflags --libs cuhook` against the tree of [`installed_c_prefix`], split into
 /// arguments.
 pub fn pkg_config_cuhook() -> Vec<String> {
-    let prefix = installed_c_prefix();
-    let out = Command::new("pkg-config")
-        .args(["--cflags", "--libs", "cuhook"])
-        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
-        .output()
-        .expect("run pkg-config (apt-get install pkg-config)");
-    assert!(
-        out.status.success(),
-        "pkg-config cuhook failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    pkg_config_flags(&installed_c_prefix().join("lib/pkgconfig"), None)
+}
+
+/// `pkg-config --cflags --libs cuhook` with `cuhook.pc` from `pc_dir`, under `sysroot` if
+/// given (a staged `--destdir` tree).
+pub fn pkg_config_flags(
+    pc_dir: &std::path::Path,
+    sysroot: Option<&std::path::Path>,
+) -> Vec<String> {
+    let mut cmd = Command::new("pkg-config");
+    cmd.args(["--cflags", "--libs", "cuhook"])
+        .env("PKG_CONFIG_PATH", pc_dir);
+    if let Some(s) = sysroot {
+        cmd.env("PKG_CONFIG_SYSROOT_DIR", s);
+    }
+    let out = output_ok(&mut cmd);
     String::from_utf8(out.stdout)
         .expect("pkg-config output is UTF-8")
         .split_whitespace()
@@ -183,4 +188,18 @@ pub fn scratch_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create a scratch directory");
     dir
+}
+
+/// Run `cmd` to completion; panic with its stderr unless it exited 0.
+pub fn output_ok(cmd: &mut Command) -> std::process::Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
