@@ -18,6 +18,7 @@ fn chromium(dir: &Path, args: &[&str], url: &str) -> std::process::Output {
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
+            "--disable-dev-shm-usage",
             "--disable-background-networking",
             "--disable-component-update",
             "--disable-sync",
