@@ -91,6 +91,7 @@
     // Live bytes: the band between each bucket's min and max, and a line through its last value.
     const labels = [];
     lane.series.forEach((s, i) => {
+      if (s.peak === 0) return; // only frees of unknown pointers: nothing was ever live
       const color = seriesColor(s, i);
       g.fillStyle = color + "40";
       g.beginPath();
@@ -174,6 +175,7 @@
     const hi = ((data.span + 1) * (b + 1)) / data.buckets;
     const lines = [lane.name + "  " + when(data, lo) + " – " + when(data, hi)];
     for (const s of lane.series) {
+      if (s.peak === 0) continue;
       const range = s.min[b] === s.max[b] ? "" : "  (" + bytes(s.min[b]) + " – " + bytes(s.max[b]) + ")";
       lines.push(seriesName(s) + ": " + bytes(s.last[b]) + " live" + range);
     }
@@ -211,7 +213,8 @@
       box.appendChild(title);
       const series = document.createElement("div");
       series.className = "legend";
-      legend(series, lane.series.map((s, i) => [seriesName(s) + " (peak " + bytes(s.peak) + ")", seriesColor(s, i)]));
+      legend(series, lane.series.map((s, i) => [seriesName(s) + " (peak " + bytes(s.peak) + ")", seriesColor(s, i)])
+        .filter((_, i) => lane.series[i].peak > 0));
       box.appendChild(series);
       const canvas = document.createElement("canvas");
       box.appendChild(canvas);
