@@ -20,7 +20,8 @@ struct Caller {
 fn caller() -> Caller {
     let dir = cuhook_fixtures::DIR;
     let path = CString::new(format!("{dir}/libdlcaller.so")).unwrap();
-    // SAFETY: loading a fixture library built by cuhook-fixtures and looking up its two functions.
+    // SAFETY: loading a fixture library (built by cuhook-fixtures) and looking up its two
+    // functions.
     unsafe {
         let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW);
         assert!(
