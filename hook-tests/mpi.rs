@@ -1,6 +1,6 @@
 //! `cuhook run` under an MPI launcher: `%r` in --report and --trace names the rank from the
 //! launcher's variables, `%p` the process id. Ranks are simulated by the variables each launcher
-//! sets (no mpirun needed).
+//! sets, and run once under a real `mpirun` (Debian's Open MPI).
 
 mod common;
 
@@ -147,5 +147,29 @@ fn without_a_launcher_the_rank_is_zero_and_garbage_is_ignored() {
     let mut c = rank_process(&dir, &[("OMPI_COMM_WORLD_RANK", "../x")], "demo_driver");
     assert!(c.wait().unwrap().success());
     assert!(read(&dir, "r.0.txt").contains("cuMemAlloc_v2"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn under_a_real_mpirun_each_rank_names_its_files() {
+    let dir = common::scratch_dir("mpi-mpirun");
+    let mut cmd = std::process::Command::new("mpirun");
+    for v in cuhook::report::RANK_VARIABLES {
+        cmd.env_remove(v);
+    }
+    // Root in CI containers, and more ranks than cores.
+    cmd.args(["--allow-run-as-root", "--oversubscribe", "-n", "3"])
+        .arg(env!("CARGO_BIN_EXE_cuhook"))
+        .args(["run", "--report", "r.%r.txt", "--trace", "t.%r.jsonl", "--"])
+        .arg(common::fixtures_dir().join("demo_driver"))
+        .current_dir(&dir)
+        .env_remove("CUHOOK_DISABLE")
+        .env_remove("LD_PRELOAD");
+    // Needs Open MPI's mpirun (apt-get install openmpi-bin; .ci/run does).
+    common::output_ok(&mut cmd);
+    for rank in 0..3 {
+        assert!(read(&dir, &format!("r.{rank}.txt")).contains("cuMemAlloc_v2"));
+        assert!(read(&dir, &format!("t.{rank}.jsonl")).contains("\"api\":\"cuMemAlloc_v2\""));
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
