@@ -96,6 +96,15 @@ fn ranks_of_a_run_render_as_lanes_with_the_report_summary() {
     assert!(dom.contains("lanes aligned in time"), "time view first");
     let by_order = render(&dir, &url(&page, "#order"));
     assert!(by_order.contains("x is each event's position in its trace"));
+    // What hovering shows, pinned through the URL: demo_driver's first event (bucket 0 of the
+    // event-order axis) is its 64 MiB cuMemAlloc_v2.
+    let moment = render(&dir, &url(&page, "#order&bucket=0"));
+    assert!(
+        moment.contains("cuMemAlloc_v2: 1 alloc 64.0 MiB")
+            && moment.contains("largest: alloc cuMemAlloc_v2 64.0 MiB at 0x"),
+        "{}",
+        &moment[moment.find("class=\"pinned\"").unwrap_or(0)..]
+    );
     for r in 0..3 {
         assert!(
             dom.contains(&format!("t.{r}.jsonl")),

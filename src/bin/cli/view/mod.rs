@@ -17,7 +17,8 @@ each trace (written by `cuhook run --trace` or CUHOOK_TRACE) as a lane: live byt
 per memory type and device, peaks marked, allocation and free events coloured by API, details
 of any moment on hover, and the same summary as the exit report. Give several traces (e.g.
 t.*.jsonl from `mpirun ... cuhook run --trace t.%r.jsonl`) for one lane per rank. Large traces
-are downsampled for drawing; the summaries and peaks stay exact.
+are downsampled for drawing; the summaries and peaks stay exact. Open the page with
+`#order` for the event-order axis, `#bucket=N` to pin the details of bucket N (0-1199).
 
   -o, --output FILE   where to write the page
 ";

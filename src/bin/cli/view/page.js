@@ -196,6 +196,17 @@
   }
 
   // Draws one view (time or event order) of every lane into #lanes.
+  // Options in the URL's fragment, e.g. `#order&bucket=120`: the event-order axis, and the
+  // details of bucket 120 pinned under every lane (a link to one moment).
+  function fragment() {
+    const opts = {};
+    for (const part of location.hash.replace(/^#/, "").split("&")) {
+      const [key, value] = part.split("=");
+      if (key) opts[key] = value === undefined ? true : value;
+    }
+    return opts;
+  }
+
   function renderView(data, tip) {
     const lanesEl = document.getElementById("lanes");
     lanesEl.textContent = "";
@@ -230,6 +241,13 @@
       pre.textContent = lane.summary.replace(/^\n/, "");
       sum.append(label, pre);
       box.appendChild(sum);
+      const pinned = Number.parseInt(fragment().bucket, 10);
+      if (pinned >= 0 && pinned < data.buckets) {
+        const pre = document.createElement("pre");
+        pre.className = "pinned";
+        pre.textContent = details(data, lane, pinned);
+        box.insertBefore(pre, sum);
+      }
       lanesEl.appendChild(box);
       let geometry = drawLane(data, lane, canvas);
       redraws.push(() => { geometry = drawLane(data, lane, canvas); });
@@ -268,7 +286,7 @@
       else b.disabled = true;
     }
     window.addEventListener("resize", () => redraws.forEach((r) => r()));
-    const wanted = location.hash === "#order" ? views.find((v) => !v.timed) : views[0];
+    const wanted = fragment().order ? views.find((v) => !v.timed) : views[0];
     show(wanted || views[0]);
     const lanes = views[0].lanes.length;
     statusEl.textContent = "rendered " + lanes + " lane" + (lanes === 1 ? "" : "s") +
