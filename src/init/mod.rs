@@ -127,7 +127,7 @@ extern "C" fn write_report_at_exit() {
         match target {
             ReportTarget::Stderr => log::write_fd(2, text.as_bytes()),
             ReportTarget::File(path) => {
-                let path = report::expand_pid(&path);
+                let path = report::expand_path(&path);
                 if let Err(e) = std::fs::write(&path, text.as_bytes()) {
                     crate::log!(
                         Level::Error,

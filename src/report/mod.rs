@@ -1,14 +1,17 @@
 //! What cuhook tells the user: the exit report, the event trace, and the counters behind them.
 
 mod exit;
+mod path;
+pub mod replay;
 pub mod stats;
+pub mod summary;
 pub mod trace;
 
-use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use exit::render;
+pub use path::{expand_path, expand_path_for, rank, RANK_VARIABLES};
 
 use crate::events::{self, mask, Callback};
 use crate::Result;
@@ -19,24 +22,6 @@ const TRACE_PRIORITY: i32 = -800;
 
 static STATS_ON: AtomicBool = AtomicBool::new(false);
 static TRACE_ON: AtomicBool = AtomicBool::new(false);
-
-/// Replace `%p` in a path by the process id (one file per process under `cuhook run`).
-pub fn expand_pid(path: &OsStr) -> OsString {
-    let pid = std::process::id().to_string();
-    let bytes = path.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len() + 8);
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && bytes.get(i + 1) == Some(&b'p') {
-            out.extend_from_slice(pid.as_bytes());
-            i += 2;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    OsString::from_vec(out)
-}
 
 /// Start counting for the exit report.
 pub fn enable_stats() -> Result<()> {
@@ -51,7 +36,7 @@ pub fn enable_stats() -> Result<()> {
     Ok(())
 }
 
-/// Start writing the trace to `path` (`%p` → pid).
+/// Start writing the trace to `path` (`%p` → pid, `%r` → rank).
 pub fn enable_trace(path: &OsStr) -> Result<()> {
     trace::open(path).map_err(|e| crate::Error::Io {
         what: "open the trace file",

@@ -12,9 +12,9 @@ use crate::log::{write_fd, StackBuf};
 
 static FD: AtomicI32 = AtomicI32::new(-1);
 
-/// Open (append) the trace file; `%p` in the path becomes the process id.
+/// Open (append) the trace file; `%p` in the path becomes the process id, `%r` the MPI rank.
 pub fn open(path: &OsStr) -> std::io::Result<()> {
-    let path = super::expand_pid(path);
+    let path = super::expand_path(path);
     let mut bytes = path.as_bytes().to_vec();
     bytes.push(0);
     // SAFETY: NUL-terminated path; the returned descriptor is owned by this module.
@@ -40,8 +40,9 @@ pub fn open(path: &OsStr) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Format one event as a JSON line.
-pub fn format(ev: &MemEvent, tid: i64, out: &mut impl Write) -> std::fmt::Result {
+/// Format one event as a JSON line; `time_ns` is the wall-clock time (ns since the Unix epoch),
+/// which lines up the traces of several processes (`cuhook view`, one lane per rank).
+pub fn format(ev: &MemEvent, tid: i64, time_ns: u64, out: &mut impl Write) -> std::fmt::Result {
     let kind = match ev.kind {
         EventKind::Alloc => "alloc",
         EventKind::Free => "free",
@@ -49,7 +50,7 @@ pub fn format(ev: &MemEvent, tid: i64, out: &mut impl Write) -> std::fmt::Result
     // API names are C identifiers: nothing to escape.
     writeln!(
         out,
-        "{{\"event\":\"{kind}\",\"api\":\"{}\",\"address\":\"{:#x}\",\"size\":{},\"mem_type\":\"{}\",\"device\":{},\"flags\":{},\"stream\":\"{:#x}\",\"pool\":\"{:#x}\",\"tid\":{tid}}}",
+        "{{\"event\":\"{kind}\",\"api\":\"{}\",\"address\":\"{:#x}\",\"size\":{},\"mem_type\":\"{}\",\"device\":{},\"flags\":{},\"stream\":\"{:#x}\",\"pool\":\"{:#x}\",\"tid\":{tid},\"time_ns\":{time_ns}}}",
         ev.api.to_str().unwrap_or("?"),
         ev.address,
         ev.size,
@@ -70,8 +71,18 @@ pub fn on_event(ev: &MemEvent, _context: usize) {
     // SAFETY: gettid has no preconditions.
     #[allow(unsafe_code)]
     let tid = unsafe { libc::gettid() } as i64;
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec to write; CLOCK_REALTIME always exists (vDSO, no lock).
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_REALTIME, &mut now)
+    };
+    let time_ns = (now.tv_sec as u64) * 1_000_000_000 + now.tv_nsec as u64;
     let mut line = StackBuf::<512>::new();
-    if format(ev, tid, &mut line).is_ok() {
+    if format(ev, tid, time_ns, &mut line).is_ok() {
         write_fd(fd, line.as_bytes());
     }
 }
@@ -88,10 +99,10 @@ mod tests {
         ev.device = 1;
         ev.flags = flags::STREAM_ORDERED;
         let mut s = String::new();
-        format(&ev, 42, &mut s).unwrap();
+        format(&ev, 42, 1_700_000_000_000_000_000, &mut s).unwrap();
         assert_eq!(
             s,
-            "{\"event\":\"alloc\",\"api\":\"cudaMallocAsync\",\"address\":\"0x7f0000001000\",\"size\":4096,\"mem_type\":\"cuda\",\"device\":1,\"flags\":1,\"stream\":\"0x0\",\"pool\":\"0x0\",\"tid\":42}\n"
+            "{\"event\":\"alloc\",\"api\":\"cudaMallocAsync\",\"address\":\"0x7f0000001000\",\"size\":4096,\"mem_type\":\"cuda\",\"device\":1,\"flags\":1,\"stream\":\"0x0\",\"pool\":\"0x0\",\"tid\":42,\"time_ns\":1700000000000000000}\n"
         );
     }
 }

@@ -14,6 +14,10 @@ used CUDA, are printed on stderr when it ends. Exits with COMMAND's exit status.
 
   --report FILE   also write the report(s) to FILE
   --trace FILE    write one JSON object per event (alloc/free) to FILE
+
+In FILE, %p becomes the process id (for --report: COMMAND's), %r the MPI rank (from
+OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, MV2_COMM_WORLD_RANK or SLURM_PROCID; 0 outside a
+launcher), %% a %. Under MPI: mpirun -n 4 cuhook run --trace t.%r.jsonl -- ./app
 ";
 
 /// Parsed `run` options.
@@ -80,6 +84,8 @@ pub fn find_library() -> Result<PathBuf, String> {
 /// The result of one command under cuhook.
 pub struct Outcome {
     pub status: ExitStatus,
+    /// The process id of the command (what `%p` in `--report` names).
+    pub pid: u32,
     /// Reports of the command itself first, then of its other processes that used CUDA.
     pub reports: Vec<String>,
 }
@@ -136,7 +142,11 @@ pub fn run_under_cuhook(
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    Ok(Outcome { status, reports })
+    Ok(Outcome {
+        status,
+        pid,
+        reports,
+    })
 }
 
 /// The exit code a shell would report for `status`.
@@ -173,10 +183,11 @@ pub fn main(args: &[OsString]) -> i32 {
         eprint!("{text}");
     }
     if let Some(path) = &opts.report {
-        if let Err(e) = std::fs::write(path, &text) {
+        let path = cuhook::report::expand_path_for(path.as_os_str(), outcome.pid);
+        if let Err(e) = std::fs::write(&path, &text) {
             eprintln!(
                 "cuhook run: cannot write the report to {}: {e}",
-                path.display()
+                path.to_string_lossy()
             );
         }
     }
