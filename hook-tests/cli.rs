@@ -277,3 +277,20 @@ fn report_warns_about_a_static_runtime_it_cannot_see() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_warning_longer_than_the_line_buffer_still_ends_its_line() {
+    let long = "x".repeat(3000);
+    let out = Command::new("sh")
+        .args(["-c", "echo after >&2"])
+        .env("LD_PRELOAD", common::libcuhook())
+        .env_remove("CUHOOK_DISABLE")
+        .env("CUHOOK_LOG", &long)
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(lines[0].starts_with("cuhook[") && lines[0].contains("CUHOOK_LOG=\"xxx"));
+    assert_eq!(lines[1], "after", "the program's own line stays its own");
+}

@@ -73,6 +73,20 @@ impl<const N: usize> StackBuf<N> {
     pub fn clear(&mut self) {
         self.len = 0;
     }
+
+    /// End the text with a newline. Text that filled the buffer loses its tail to a `...` marker
+    /// and the newline, so a cut line never runs into the next one.
+    pub fn end_line(&mut self) {
+        const CUT: &[u8] = b"...\n";
+        if self.len < N {
+            self.buf[self.len] = b'\n';
+            self.len += 1;
+        } else {
+            let at = N.saturating_sub(CUT.len());
+            let n = N - at;
+            self.buf[at..].copy_from_slice(&CUT[CUT.len() - n..]);
+        }
+    }
 }
 
 impl<const N: usize> Default for StackBuf<N> {
@@ -114,7 +128,7 @@ pub fn log(level: Level, args: fmt::Arguments<'_>) {
     let mut line = StackBuf::<1024>::new();
     let _ = write!(line, "cuhook[{}] {}: ", std::process::id(), level.name());
     let _ = line.write_fmt(args);
-    let _ = line.write_char('\n');
+    line.end_line();
     write_fd(2, line.as_bytes());
 }
 
@@ -124,4 +138,29 @@ macro_rules! log {
     ($level:expr, $($arg:tt)*) => {
         $crate::log::log($level, format_args!($($arg)*))
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_always_ends_with_its_newline() {
+        let mut short = StackBuf::<16>::new();
+        let _ = short.write_str("abc");
+        short.end_line();
+        assert_eq!(short.as_bytes(), b"abc\n");
+        let mut exact = StackBuf::<4>::new();
+        let _ = exact.write_str("abc");
+        exact.end_line();
+        assert_eq!(exact.as_bytes(), b"abc\n");
+        let mut long = StackBuf::<8>::new();
+        let _ = long.write_str("abcdefghijkl");
+        long.end_line();
+        assert_eq!(long.as_bytes(), b"abcd...\n");
+        let mut tiny = StackBuf::<2>::new();
+        let _ = tiny.write_str("abc");
+        tiny.end_line();
+        assert_eq!(tiny.as_bytes(), b".\n");
+    }
 }
