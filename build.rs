@@ -292,6 +292,16 @@ fn classify_fixtures(gcc: &Gcc) {
     );
 }
 
+/// A host that closes its descriptors and feeds FIFOs (hook-tests/output.rs).
+fn host_fixtures(gcc: &Gcc) {
+    gcc.app(
+        "host_output",
+        &["../host/host_output.c"],
+        &["-fPIE", "-pie"],
+        &["-l:libcuda.so.1"],
+    );
+}
+
 fn main() {
     let manifest =
         PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -318,6 +328,7 @@ fn main() {
     demo_fixtures(&gcc);
     classify_fixtures(&gcc);
     late_fixtures(&gcc);
+    host_fixtures(&gcc);
     println!("cargo:rustc-env=CUHOOK_FIXTURES_DIR={}", out.display());
     // Hooks point into libcuhook.so: it must never be unloaded while any slot does.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
