@@ -27,11 +27,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn mkfifo(path: &Path) {
-    assert!(Command::new("mkfifo")
-        .arg(path)
-        .status()
-        .unwrap()
-        .success());
+    assert!(Command::new("mkfifo").arg(path).status().unwrap().success());
 }
 
 /// `host_output ARGS` under cuhook with `env`, stdin piped.
@@ -119,7 +115,10 @@ fn a_trace_reader_that_leaves_does_not_kill_the_host() {
         let mut child = spawn_host(&["wait", "20"], &[("CUHOOK_TRACE", &fifo)]);
         let start = Instant::now();
         while !holds_open(child.id(), &fifo) {
-            assert!(start.elapsed() < WATCHDOG, "the host never opened the trace");
+            assert!(
+                start.elapsed() < WATCHDOG,
+                "the host never opened the trace"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         drop(reader);

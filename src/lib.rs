@@ -18,6 +18,7 @@ pub mod events;
 pub mod hooks;
 pub mod init;
 pub mod log;
+pub mod output;
 pub mod patch;
 pub mod registry;
 pub mod report;

@@ -1,5 +1,6 @@
-//! Diagnostics to stderr (the lowest layer: every module may log), written with `write(2)` from a stack buffer: usable in constructors
-//! before std is ready, at exit, and inside hooks (no allocation, no stdout lock).
+//! Diagnostics to stderr (the lowest layer with [`crate::output`]: every module may log), written
+//! with `write(2)` from a stack buffer: usable in constructors before std is ready, at exit, and
+//! inside hooks (no allocation, no stdout lock).
 
 use std::fmt::{self, Write};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -104,22 +105,6 @@ impl<const N: usize> Write for StackBuf<N> {
     }
 }
 
-/// Write all of `bytes` to a file descriptor, retrying on EINTR and short writes.
-pub fn write_fd(fd: i32, mut bytes: &[u8]) {
-    while !bytes.is_empty() {
-        // SAFETY: `bytes` is a valid readable slice for its length.
-        #[allow(unsafe_code)]
-        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
-        if n < 0 {
-            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return;
-        }
-        bytes = &bytes[n as usize..];
-    }
-}
-
 /// Print one line `cuhook[pid] level: message` to stderr if `level` is enabled.
 pub fn log(level: Level, args: fmt::Arguments<'_>) {
     if !enabled(level) {
@@ -129,7 +114,7 @@ pub fn log(level: Level, args: fmt::Arguments<'_>) {
     let _ = write!(line, "cuhook[{}] {}: ", std::process::id(), level.name());
     let _ = line.write_fmt(args);
     line.end_line();
-    write_fd(2, line.as_bytes());
+    crate::output::write_stderr(line.as_bytes());
 }
 
 /// `log!(Level::Warn, "format", args…)`.

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub use exit::render;
 
 use crate::events::{self, mask, Callback};
+use crate::output::{Mode, OutputFile, WriteError};
 use crate::Result;
 
 /// Subscriber priorities: after the registry (-1000), before user subscribers (0).
@@ -49,6 +50,30 @@ pub fn enable_stats() -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// How long the exit report waits, in all, for a slow pipe reader before it gives up.
+const REPORT_PATIENCE_MS: i32 = 2000;
+
+/// Write the exit report to `path` (already expanded): a file of its own, truncated; never
+/// through a symlink, never waiting for a FIFO reader, never killed by one that leaves.
+pub fn write_file(path: &OsStr, text: &[u8]) -> Result<()> {
+    let what = "write the report";
+    let file = OutputFile::open(path, Mode::Truncate).map_err(|e| crate::Error::Io {
+        what,
+        errno: e.raw_os_error().unwrap_or(0),
+    })?;
+    let written = file.write(text, REPORT_PATIENCE_MS);
+    file.close();
+    written.map_err(|e| crate::Error::Io {
+        what,
+        errno: match e {
+            WriteError::Replaced => libc::EBADF,
+            WriteError::Closed => libc::EPIPE,
+            WriteError::Full => libc::EAGAIN,
+            WriteError::Other(errno) => errno,
+        },
+    })
 }
 
 /// Start writing the trace to `path` (`%p` → pid).
