@@ -407,6 +407,15 @@ fn ignored_by_us(sig: i32) -> bool {
     mask & (1 << (sig - 1)) != 0
 }
 
+/// The (first) child process of `pid`, from every thread's `children` list.
+fn child_of(pid: u32) -> Option<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .find_map(|c| c.split_whitespace().next().and_then(|p| p.parse().ok()))
+}
+
 /// Whether process `pid` is gone (or a zombie nobody reaped yet).
 fn gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -434,13 +443,9 @@ fn run_forwards_termination_signals_to_its_command() {
                 eprintln!("skipped SIG{name}: this test process ignores it");
                 continue;
             }
-            let pidfile = tmp.join(format!("pid-{name}-{round}"));
-            let script = format!(
-                "echo $$ > {}.new && mv {0}.new {0} && exec sleep 60",
-                pidfile.display()
-            );
+            // `sleep` itself, not a shell: what it gets is exactly what `cuhook run` gives it.
             let mut child = Command::new(env!("CARGO_BIN_EXE_cuhook"))
-                .args(["run", "--", "sh", "-c", &script])
+                .args(["run", "--", "sleep", "60"])
                 .env("TMPDIR", &tmp)
                 .env_remove("LD_PRELOAD")
                 .stderr(std::process::Stdio::null())
@@ -448,8 +453,8 @@ fn run_forwards_termination_signals_to_its_command() {
                 .unwrap();
             let start = Instant::now();
             let command_pid: u32 = loop {
-                if let Ok(s) = std::fs::read_to_string(&pidfile) {
-                    break s.trim().parse().unwrap();
+                if let Some(pid) = child_of(child.id()) {
+                    break pid;
                 }
                 assert!(
                     start.elapsed() < Duration::from_secs(20),
@@ -457,7 +462,7 @@ fn run_forwards_termination_signals_to_its_command() {
                 );
                 std::thread::sleep(Duration::from_millis(10));
             };
-            // Give `sh` time to exec `sleep` (the pid stays the same).
+            // Let `sleep` finish starting (its constructor-time state is not what is tested).
             std::thread::sleep(Duration::from_millis(50));
             assert!(Command::new("kill")
                 .args([&format!("-{name}"), &child.id().to_string()])
@@ -486,7 +491,6 @@ fn run_forwards_termination_signals_to_its_command() {
                 Some(128 + sig),
                 "SIG{name}: cuhook run's status"
             );
-            std::fs::remove_file(&pidfile).unwrap();
             assert_eq!(
                 entries(&tmp),
                 Vec::<PathBuf>::new(),

@@ -1,7 +1,9 @@
 //! Command-line parsing and the subcommands.
 
 mod demo;
+mod private_dir;
 mod run;
+mod signals;
 mod symbols;
 
 use std::ffi::OsString;
