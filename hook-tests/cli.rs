@@ -433,7 +433,7 @@ fn gone(pid: u32) -> bool {
 fn run_forwards_termination_signals_to_its_command() {
     use std::time::{Duration, Instant};
     let tmp = tmpdir("signals");
-    for round in 0..3 {
+    for _round in 0..3 {
         for (sig, name) in [
             (libc::SIGTERM, "TERM"),
             (libc::SIGINT, "INT"),
@@ -464,11 +464,8 @@ fn run_forwards_termination_signals_to_its_command() {
             };
             // Let `sleep` finish starting (its constructor-time state is not what is tested).
             std::thread::sleep(Duration::from_millis(50));
-            assert!(Command::new("kill")
-                .args([&format!("-{name}"), &child.id().to_string()])
-                .status()
-                .unwrap()
-                .success());
+            // SAFETY: kill(2) on the pid of a child we have not reaped.
+            assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
             let status = loop {
                 if let Some(s) = child.try_wait().unwrap() {
                     break Some(s);
@@ -481,9 +478,8 @@ fn run_forwards_termination_signals_to_its_command() {
             };
             let orphan = !gone(command_pid);
             if orphan {
-                let _ = Command::new("kill")
-                    .args(["-KILL", &command_pid.to_string()])
-                    .status();
+                // SAFETY: kill(2) on the orphan this test made (still alive: just checked).
+                unsafe { libc::kill(command_pid as i32, libc::SIGKILL) };
             }
             assert!(!orphan, "SIG{name}: the command {command_pid} kept running");
             assert_eq!(

@@ -184,9 +184,11 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
             5 => {
                 let phoff = u64::from_le_bytes(d[32..40].try_into().unwrap()) as usize;
                 let phnum = u16::from_le_bytes(d[56..58].try_into().unwrap()) as usize;
-                let field = phoff + 56 * rng.below(phnum.max(1)) + [4, 16, 32, 40][rng.below(4)];
+                let field = phoff
+                    .wrapping_add(56 * rng.below(phnum.max(1)))
+                    .wrapping_add([4, 16, 32, 40][rng.below(4)]);
                 let width = if field % 8 == 4 { 4 } else { 8 };
-                if let Some(w) = d.get_mut(field..field + width) {
+                if let Some(w) = d.get_mut(field..field.saturating_add(width)) {
                     let old = w.iter().rev().fold(0u64, |a, &b| a << 8 | b as u64);
                     let v = rng.interesting(old).to_le_bytes();
                     w.copy_from_slice(&v[..width]);

@@ -246,8 +246,8 @@ mod tests {
 
     fn pipe() -> (i32, i32) {
         let mut fds = [0; 2];
-        // SAFETY: two ints for pipe2 to fill.
         assert_eq!(
+            // SAFETY: two ints for pipe2 to fill.
             unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) },
             0
         );

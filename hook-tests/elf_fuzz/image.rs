@@ -23,20 +23,24 @@ const MAX_PHDRS: usize = 64;
 /// Symbol names looked up with `defines`, beyond those the index found.
 const NAMES_CHECKED: usize = 32;
 
+fn bytes_at<const N: usize>(b: &[u8], at: usize, off: usize) -> Option<[u8; N]> {
+    let start = at.checked_add(off)?;
+    b.get(start..start.checked_add(N)?)?.try_into().ok()
+}
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
+    bytes_at(b, at, 0).map(u16::from_le_bytes)
 }
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+fn u32_at(b: &[u8], at: usize, off: usize) -> Option<u32> {
+    bytes_at(b, at, off).map(u32::from_le_bytes)
 }
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+fn u64_at(b: &[u8], at: usize, off: usize) -> Option<u64> {
+    bytes_at(b, at, off).map(u64::from_le_bytes)
 }
 
 /// The program headers of `data`, read like the loader does (no validation beyond bounds).
 pub fn program_headers(data: &[u8]) -> Vec<libc::Elf64_Phdr> {
     let (Some(phoff), Some(phentsize), Some(phnum)) =
-        (u64_at(data, 32), u16_at(data, 54), u16_at(data, 56))
+        (u64_at(data, 32, 0), u16_at(data, 54), u16_at(data, 56))
     else {
         return Vec::new();
     };
@@ -45,14 +49,14 @@ pub fn program_headers(data: &[u8]) -> Vec<libc::Elf64_Phdr> {
         .map_while(|i| {
             let at = phoff.checked_add(i.checked_mul(phentsize)?)?;
             Some(libc::Elf64_Phdr {
-                p_type: u32_at(data, at)?,
-                p_flags: u32_at(data, at + 4)?,
-                p_offset: u64_at(data, at + 8)?,
-                p_vaddr: u64_at(data, at + 16)?,
-                p_paddr: u64_at(data, at + 24)?,
-                p_filesz: u64_at(data, at + 32)?,
-                p_memsz: u64_at(data, at + 40)?,
-                p_align: u64_at(data, at + 48)?,
+                p_type: u32_at(data, at, 0)?,
+                p_flags: u32_at(data, at, 4)?,
+                p_offset: u64_at(data, at, 8)?,
+                p_vaddr: u64_at(data, at, 16)?,
+                p_paddr: u64_at(data, at, 24)?,
+                p_filesz: u64_at(data, at, 32)?,
+                p_memsz: u64_at(data, at, 40)?,
+                p_align: u64_at(data, at, 48)?,
             })
         })
         .collect()

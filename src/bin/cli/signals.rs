@@ -82,9 +82,9 @@ fn forward(sig: i32) {
 /// `fork` and `exec`, and std does not reset it).
 pub fn unblock_in_child(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
+    let set = forwarded_set();
     // SAFETY: the closure runs between fork and exec and only calls pthread_sigmask, which is
     // async-signal-safe, on a set built before the fork.
-    let set = forwarded_set();
     unsafe {
         cmd.pre_exec(move || {
             libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
