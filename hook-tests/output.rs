@@ -30,6 +30,17 @@ fn mkfifo(path: &Path) {
     assert!(Command::new("mkfifo").arg(path).status().unwrap().success());
 }
 
+/// A new FIFO at `path` and its read end (opened first, so a writer's open succeeds).
+fn fifo_with_reader(path: &Path) -> (PathBuf, File) {
+    mkfifo(path);
+    let reader = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .unwrap();
+    (path.to_path_buf(), reader)
+}
+
 /// `host_output ARGS` under cuhook with `env`, stdin piped.
 fn spawn_host(args: &[&str], env: &[(&str, &Path)]) -> Child {
     let mut cmd = Command::new(common::fixtures_dir().join("host_output"));
@@ -105,13 +116,7 @@ fn trace_lines_never_land_in_a_file_the_host_opened_itself() {
 fn a_trace_reader_that_leaves_does_not_kill_the_host() {
     let dir = scratch("fifo-gone");
     for round in 0..ROUNDS {
-        let fifo = dir.join(format!("trace-{round}.fifo"));
-        mkfifo(&fifo);
-        let reader = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&fifo)
-            .unwrap();
+        let (fifo, reader) = fifo_with_reader(&dir.join(format!("trace-{round}.fifo")));
         let mut child = spawn_host(&["wait", "20"], &[("CUHOOK_TRACE", &fifo)]);
         let start = Instant::now();
         while !holds_open(child.id(), &fifo) {
@@ -137,13 +142,7 @@ fn a_trace_reader_that_leaves_does_not_kill_the_host() {
 fn a_trace_reader_that_never_reads_does_not_block_the_host() {
     let dir = scratch("fifo-full");
     for round in 0..ROUNDS {
-        let fifo = dir.join(format!("trace-{round}.fifo"));
-        mkfifo(&fifo);
-        let reader = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&fifo)
-            .unwrap();
+        let (fifo, reader) = fifo_with_reader(&dir.join(format!("trace-{round}.fifo")));
         let mut child = spawn_host(&["wait", "5000"], &[("CUHOOK_TRACE", &fifo)]);
         child.stdin.take().unwrap().write_all(b"go\n").unwrap();
         let status = wait_or_kill(&mut child);

@@ -129,23 +129,18 @@ macro_rules! log {
 mod tests {
     use super::*;
 
+    fn ended<const N: usize>(text: &str) -> Vec<u8> {
+        let mut b = StackBuf::<N>::new();
+        let _ = b.write_str(text);
+        b.end_line();
+        b.as_bytes().to_vec()
+    }
+
     #[test]
     fn a_line_always_ends_with_its_newline() {
-        let mut short = StackBuf::<16>::new();
-        let _ = short.write_str("abc");
-        short.end_line();
-        assert_eq!(short.as_bytes(), b"abc\n");
-        let mut exact = StackBuf::<4>::new();
-        let _ = exact.write_str("abc");
-        exact.end_line();
-        assert_eq!(exact.as_bytes(), b"abc\n");
-        let mut long = StackBuf::<8>::new();
-        let _ = long.write_str("abcdefghijkl");
-        long.end_line();
-        assert_eq!(long.as_bytes(), b"abcd...\n");
-        let mut tiny = StackBuf::<2>::new();
-        let _ = tiny.write_str("abc");
-        tiny.end_line();
-        assert_eq!(tiny.as_bytes(), b".\n");
+        assert_eq!(ended::<16>("abc"), b"abc\n");
+        assert_eq!(ended::<4>("abc"), b"abc\n");
+        assert_eq!(ended::<8>("abcdefghijkl"), b"abcd...\n");
+        assert_eq!(ended::<2>("abc"), b".\n");
     }
 }

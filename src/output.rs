@@ -254,22 +254,76 @@ mod tests {
         (fds[0], fds[1])
     }
 
+    fn sigpipe_set() -> libc::sigset_t {
+        // SAFETY: plain data initialised by the calls.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGPIPE);
+            set
+        }
+    }
+
+    fn sigpipe_pending() -> bool {
+        // SAFETY: plain data filled by sigpending.
+        unsafe {
+            let mut pending: libc::sigset_t = std::mem::zeroed();
+            libc::sigpending(&mut pending);
+            libc::sigismember(&pending, libc::SIGPIPE) == 1
+        }
+    }
+
+    /// The SIGPIPE our write raises is taken back. (Checked on a thread that keeps SIGPIPE
+    /// blocked, where a signal left behind would stay pending and show: the test harness
+    /// ignores SIGPIPE, which would hide it otherwise.)
     #[test]
     fn a_write_to_a_pipe_without_reader_fails_instead_of_killing() {
-        let (r, w) = pipe();
-        // SAFETY: closing the read end we just made.
-        unsafe { libc::close(r) };
-        assert_eq!(write_all(w, b"x", true, 0), Err(WriteError::Closed));
-        // The SIGPIPE was consumed: nothing is left pending for this thread.
-        // SAFETY: plain data filled by sigpending.
-        let pending = unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigpending(&mut set);
-            libc::sigismember(&set, libc::SIGPIPE)
-        };
-        assert_eq!(pending, 0);
-        // SAFETY: our descriptor.
-        unsafe { libc::close(w) };
+        std::thread::spawn(|| {
+            let (r, w) = pipe();
+            let set = sigpipe_set();
+            // SAFETY: this thread's own mask and descriptors.
+            unsafe {
+                libc::close(r);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            }
+            assert_eq!(write_all(w, b"x", true, 0), Err(WriteError::Closed));
+            assert!(!sigpipe_pending(), "our SIGPIPE was left behind");
+            // SAFETY: our descriptor.
+            unsafe { libc::close(w) };
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// A SIGPIPE the host already had pending (blocked) is its own: it stays pending.
+    #[test]
+    fn a_sigpipe_pending_before_our_write_is_left_to_the_host() {
+        std::thread::spawn(|| {
+            let (r, w) = pipe();
+            let set = sigpipe_set();
+            // SAFETY: this thread's own mask, signal and descriptors.
+            unsafe {
+                libc::close(r);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+                libc::pthread_kill(libc::pthread_self(), libc::SIGPIPE);
+            }
+            assert_eq!(write_all(w, b"x", true, 0), Err(WriteError::Closed));
+            assert!(sigpipe_pending(), "the host's own SIGPIPE was taken");
+            let zero = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: take the host's signal back (test clean-up) and close our descriptor.
+            unsafe {
+                assert_eq!(
+                    libc::sigtimedwait(&set, std::ptr::null_mut(), &zero),
+                    libc::SIGPIPE
+                );
+                libc::close(w);
+            }
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
