@@ -81,6 +81,8 @@ fn c_program_linked_to_libcuhook_uses_the_whole_api() {
         "unset_unknown",
         "hooks_install_null",
         "hooks_install_null_symbol",
+        "hooks_install_absurd_count",
+        "hooks_install_max_count",
         "hooks_uninstall_unknown",
         "exclude_null_clears",
         "rescan",

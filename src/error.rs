@@ -119,8 +119,18 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 fn errno_text(errno: i32) -> String {
+    // The errors cuhook's own output files meet by design (src/output.rs), explained.
+    let hint = match errno {
+        libc::ELOOP => {
+            ": it is a symbolic link, which cuhook never writes through; name the file itself"
+        }
+        libc::ENXIO => ": it is a FIFO with no reader, and cuhook never waits for one",
+        libc::EAGAIN => ": the reader of the pipe did not keep up, and cuhook never blocks on it",
+        libc::EPIPE => ": the reader of the pipe has gone",
+        _ => "",
+    };
     format!(
-        "{} (errno {errno})",
+        "{} (errno {errno}){hint}",
         std::io::Error::from_raw_os_error(errno)
     )
 }

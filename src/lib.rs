@@ -59,6 +59,8 @@ pub mod init;
 #[doc(hidden)]
 pub mod log;
 #[doc(hidden)]
+pub mod output;
+#[doc(hidden)]
 pub mod patch;
 pub mod registry;
 pub mod report;

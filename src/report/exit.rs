@@ -53,6 +53,14 @@ pub fn render() -> String {
     };
     summary.write(&mut r);
 
+    let dropped = super::trace::dropped_lines();
+    if dropped > 0 {
+        let _ = writeln!(
+            r,
+            "Trace lines dropped (the trace pipe's reader did not keep up): {dropped}"
+        );
+    }
+
     let slots = hooks::patched_slots();
     let mut per_object: BTreeMap<&str, usize> = BTreeMap::new();
     for s in &slots {

@@ -14,6 +14,7 @@ pub use exit::render;
 pub use path::{expand_path, expand_path_for, rank, RANK_VARIABLES};
 
 use crate::events::{self, mask, Callback};
+use crate::output::{Mode, OutputFile, WriteError};
 use crate::Result;
 
 /// Subscriber priorities: after the registry (-1000), before user subscribers (0).
@@ -34,6 +35,30 @@ pub fn enable_stats() -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// How long the exit report waits, in all, for a slow pipe reader before it gives up.
+const REPORT_PATIENCE_MS: i32 = 2000;
+
+/// Write the exit report to `path` (already expanded): a file of its own, truncated; never
+/// through a symlink, never waiting for a FIFO reader, never killed by one that leaves.
+pub fn write_file(path: &OsStr, text: &[u8]) -> Result<()> {
+    let what = "write the report";
+    let file = OutputFile::open(path, Mode::Truncate).map_err(|e| crate::Error::Io {
+        what,
+        errno: e.raw_os_error().unwrap_or(0),
+    })?;
+    let written = file.write(text, REPORT_PATIENCE_MS);
+    file.close();
+    written.map_err(|e| crate::Error::Io {
+        what,
+        errno: match e {
+            WriteError::Replaced => libc::EBADF,
+            WriteError::Closed => libc::EPIPE,
+            WriteError::Full => libc::EAGAIN,
+            WriteError::Other(errno) => errno,
+        },
+    })
 }
 
 /// Start writing the trace to `path` (`%p` → pid, `%r` → rank).

@@ -2,7 +2,9 @@
 
 mod demo;
 mod demo_build;
+mod private_dir;
 mod run;
+mod signals;
 mod symbols;
 mod view;
 
