@@ -18,9 +18,10 @@ struct Caller {
 }
 
 fn caller() -> Caller {
-    let dir = env!("CUHOOK_FIXTURES_DIR");
+    let dir = cuhook_fixtures::DIR;
     let path = CString::new(format!("{dir}/libdlcaller.so")).unwrap();
-    // SAFETY: loading a fixture library built by build.rs and looking up its two functions.
+    // SAFETY: loading a fixture library (built by cuhook-fixtures) and looking up its two
+    // functions.
     unsafe {
         let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW);
         assert!(
@@ -79,7 +80,7 @@ extern "C" fn counting_getpid() -> libc::pid_t {
 
 fn main() {
     let c = caller();
-    let dir = env!("CUHOOK_FIXTURES_DIR");
+    let dir = cuhook_fixtures::DIR;
     let fresh = CString::new(format!("{dir}/libplugin_dep.so")).unwrap();
     let resident = CString::new(format!("{dir}/libplugin.so")).unwrap();
     // Keep `resident` loaded for the whole run.

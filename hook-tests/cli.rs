@@ -277,3 +277,222 @@ fn report_warns_about_a_static_runtime_it_cannot_see() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_warning_longer_than_the_line_buffer_still_ends_its_line() {
+    let long = "x".repeat(3000);
+    let out = Command::new("sh")
+        .args(["-c", "echo after >&2"])
+        .env("LD_PRELOAD", common::libcuhook())
+        .env_remove("CUHOOK_DISABLE")
+        .env("CUHOOK_LOG", &long)
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(lines[0].starts_with("cuhook[") && lines[0].contains("CUHOOK_LOG=\"xxx"));
+    assert_eq!(lines[1], "after", "the program's own line stays its own");
+}
+
+/// A fresh, empty directory to serve as `TMPDIR` for one `cuhook run`.
+fn tmpdir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("cli-tmp-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn entries(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Item 14: another user pre-creates the directories `cuhook run` used to pick (named after
+/// the next process ids), with a forged report and a symlink to a victim file in each. The run
+/// must use a fresh directory of its own (mode 0700), print no forged report, write through no
+/// symlink, and leave no directory behind.
+#[test]
+fn run_uses_a_private_directory_nobody_could_prepare() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tmpdir("private");
+    let victim = tmp.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let last: u32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let mut planted = Vec::new();
+    for pid in last + 1..last + 400 {
+        let d = tmp.join(format!("cuhook-run-{pid}"));
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::write(
+            d.join("report-1.txt"),
+            "FORGED report: cuMemAlloc 1 allocs\n",
+        )
+        .unwrap();
+        for child in pid + 1..pid + 4 {
+            std::os::unix::fs::symlink(&victim, d.join(format!("report-{child}.txt"))).unwrap();
+        }
+        planted.push(d);
+    }
+    let tmp_s = tmp.to_str().unwrap();
+    let out = cuhook(
+        &[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "d=${CUHOOK_REPORT%/*}; stat -c '%a %U' \"$d\"; echo \"$d\"",
+        ],
+        &[("TMPDIR", tmp_s)],
+    );
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        !stderr.contains("FORGED"),
+        "a planted report was printed: {stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    let mut lines = stdout.lines();
+    let mode = lines.next().unwrap_or_default();
+    assert!(mode.starts_with("700 "), "directory mode: {mode}");
+    let used = PathBuf::from(lines.next().unwrap_or_default());
+    assert!(used.starts_with(&tmp), "{used:?}");
+    assert!(
+        !planted.contains(&used),
+        "used a planted directory: {used:?}"
+    );
+    assert!(!used.exists(), "{used:?} left behind");
+    let mut expected = planted.clone();
+    expected.push(victim);
+    expected.sort();
+    assert_eq!(entries(&tmp), expected, "only what was planted is left");
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// Item 17: a command that cannot start leaves no temporary directory behind.
+#[test]
+fn run_removes_its_directory_when_the_command_cannot_start() {
+    let tmp = tmpdir("nostart");
+    for _ in 0..3 {
+        let out = cuhook(
+            &["run", "--", "/nonexistent/program"],
+            &[("TMPDIR", tmp.to_str().unwrap())],
+        );
+        assert_eq!(out.status.code(), Some(127));
+        assert_eq!(entries(&tmp), Vec::<PathBuf>::new());
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// Signals the test process itself ignores (under `nohup`, say): its children inherit that,
+/// so a forwarded one would not end them. Those are skipped, saying so.
+fn ignored_by_us(sig: i32) -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+        .unwrap();
+    mask & (1 << (sig - 1)) != 0
+}
+
+/// The (first) child process of `pid`, from every thread's `children` list.
+fn child_of(pid: u32) -> Option<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .find_map(|c| c.split_whitespace().next().and_then(|p| p.parse().ok()))
+}
+
+/// Whether process `pid` is gone (or a zombie nobody reaped yet).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Item 17: SIGTERM, SIGINT and SIGHUP sent to `cuhook run` reach its command, which ends; `cuhook
+/// run` then exits with the command's status and removes its directory. Nothing is left running.
+#[test]
+fn run_forwards_termination_signals_to_its_command() {
+    use std::time::{Duration, Instant};
+    let tmp = tmpdir("signals");
+    for _round in 0..3 {
+        for (sig, name) in [
+            (libc::SIGTERM, "TERM"),
+            (libc::SIGINT, "INT"),
+            (libc::SIGHUP, "HUP"),
+        ] {
+            if ignored_by_us(sig) {
+                eprintln!("skipped SIG{name}: this test process ignores it");
+                continue;
+            }
+            // `sleep` itself, not a shell: what it gets is exactly what `cuhook run` gives it.
+            let mut child = Command::new(env!("CARGO_BIN_EXE_cuhook"))
+                .args(["run", "--", "sleep", "60"])
+                .env("TMPDIR", &tmp)
+                .env_remove("LD_PRELOAD")
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            let start = Instant::now();
+            let command_pid: u32 = loop {
+                if let Some(pid) = child_of(child.id()) {
+                    break pid;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "the command never started"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            // Let `sleep` finish starting (its constructor-time state is not what is tested).
+            std::thread::sleep(Duration::from_millis(50));
+            // SAFETY: kill(2) on the pid of a child we have not reaped.
+            assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+            let status = loop {
+                if let Some(s) = child.try_wait().unwrap() {
+                    break Some(s);
+                }
+                if start.elapsed() > Duration::from_secs(30) {
+                    let _ = child.kill();
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            let orphan = !gone(command_pid);
+            if orphan {
+                // SAFETY: kill(2) on the orphan this test made (still alive: just checked).
+                unsafe { libc::kill(command_pid as i32, libc::SIGKILL) };
+            }
+            assert!(!orphan, "SIG{name}: the command {command_pid} kept running");
+            assert_eq!(
+                status.and_then(|s| s.code()),
+                Some(128 + sig),
+                "SIG{name}: cuhook run's status"
+            );
+            assert_eq!(
+                entries(&tmp),
+                Vec::<PathBuf>::new(),
+                "SIG{name}: left behind"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+}

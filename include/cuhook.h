@@ -141,6 +141,9 @@ typedef struct cuhook_uninstall_report {
     size_t gone;           /* slots of objects unloaded meanwhile */
 } cuhook_uninstall_report_t;
 
+/* The most hooks one set may hold; a larger count returns CUHOOK_ERR_INVALID_ARGUMENT. */
+#define CUHOOK_MAX_HOOKS 65536
+
 /* Patch every loaded object (and, with the dl interposers, every object loaded later).
  * Installing the same set (same name, symbols, replacements, originals) again only adds a
  * reference and returns the same id. */

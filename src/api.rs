@@ -90,6 +90,11 @@ pub fn subscribe_with_existing(
 }
 
 /// The allocation containing `ptr`, from the registry alone (no driver call).
+///
+/// ```
+/// let on_stack = 0u64;
+/// assert!(cuhook::lookup(&on_stack as *const u64 as usize).is_none());
+/// ```
 pub fn lookup(ptr: usize) -> Option<Allocation> {
     registry::global().lookup(ptr)
 }
@@ -100,6 +105,13 @@ pub fn lookup_span(ptr: usize, len: usize) -> Option<Allocation> {
 }
 
 /// Every hooked CUDA symbol.
+///
+/// ```
+/// let table = cuhook::hook_table();
+/// // Each exported variant is its own hook; cuGetProcAddress is asked for the base name.
+/// let ptsz = table.iter().find(|h| h.symbol == "cuMemAllocAsync_ptsz").unwrap();
+/// assert_eq!(ptsz.base, "cuMemAllocAsync");
+/// ```
 pub fn hook_table() -> &'static [HookInfo] {
     crate::cuda::HOOKS
 }

@@ -8,36 +8,70 @@ use std::fmt;
 pub enum Error {
     /// A loaded object's dynamic section or tables could not be read.
     BadObject {
+        /// Path of the object.
         object: String,
+        /// What was wrong with it.
         reason: &'static str,
     },
     /// Changing the protection of the page that holds a GOT slot failed.
     Protect {
+        /// Path of the object holding the slot.
         object: String,
+        /// Address of the slot.
         address: usize,
+        /// `errno` of `mprotect`.
         errno: i32,
     },
     /// A slot sits on a page that is executable; making it writable would create a W+X mapping.
-    ExecutableSlotPage { object: String, address: usize },
+    ExecutableSlotPage {
+        /// Path of the object holding the slot.
+        object: String,
+        /// Address of the slot.
+        address: usize,
+    },
     /// The protection of a slot's page could not be read from the kernel's map of the process.
-    QueryProtection { address: usize, errno: i32 },
+    QueryProtection {
+        /// Address of the slot.
+        address: usize,
+        /// `errno` of reading `/proc/self/maps`.
+        errno: i32,
+    },
     /// A hook set names no symbols, a symbol twice, or a null replacement.
-    InvalidHookSet { reason: String },
+    InvalidHookSet {
+        /// What is wrong with the set.
+        reason: String,
+    },
     /// A symbol name was not valid (empty, interior NUL, not UTF-8).
-    InvalidSymbol { symbol: String },
+    InvalidSymbol {
+        /// The name as given (lossily converted).
+        symbol: String,
+    },
     /// The hook set is not installed (uninstall of something never installed).
     NotInstalled,
     /// A C API argument was NULL or out of range.
-    InvalidArgument { what: &'static str },
+    InvalidArgument {
+        /// Which argument.
+        what: &'static str,
+    },
     /// Too many subscribers or hook sets at once.
-    CapacityExceeded { what: &'static str, limit: usize },
+    CapacityExceeded {
+        /// What ran out (subscribers, hook sets, ...).
+        what: &'static str,
+        /// How many there may be at once.
+        limit: usize,
+    },
     /// No subscription matches the given (mask, callback, context).
     NoSuchSubscriber,
     /// An engine operation was requested while this thread is already inside one (from a hook
     /// or a library constructor run by the engine's own loader calls), or the engine stayed busy.
     Busy,
     /// A file cuhook was asked to write (report, trace) could not be opened or written.
-    Io { what: &'static str, errno: i32 },
+    Io {
+        /// What was being done (`open the trace file`, ...).
+        what: &'static str,
+        /// `errno` of the failed call.
+        errno: i32,
+    },
 }
 
 /// `Result` with cuhook's [`Error`].
@@ -85,8 +119,18 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 fn errno_text(errno: i32) -> String {
+    // The errors cuhook's own output files meet by design (src/output.rs), explained.
+    let hint = match errno {
+        libc::ELOOP => {
+            ": it is a symbolic link, which cuhook never writes through; name the file itself"
+        }
+        libc::ENXIO => ": it is a FIFO with no reader, and cuhook never waits for one",
+        libc::EAGAIN => ": the reader of the pipe did not keep up, and cuhook never blocks on it",
+        libc::EPIPE => ": the reader of the pipe has gone",
+        _ => "",
+    };
     format!(
-        "{} (errno {errno})",
+        "{} (errno {errno}){hint}",
         std::io::Error::from_raw_os_error(errno)
     )
 }

@@ -1,23 +1,66 @@
-//! cuhook: intercept every CUDA allocation and free by GOT/PLT patching, dispatch each one as an
-//! event, and keep an address-range registry that answers "is this pointer GPU memory, which
-//! allocation?" in nanoseconds.
+//! cuhook sees every CUDA memory allocation and free in a Linux process — synchronous,
+//! stream-ordered, pool, VMM, managed and pinned host memory, through the driver or the runtime,
+//! shared or statically linked — by patching the GOT/PLT slots of every loaded object (and of
+//! every object loaded later). Each allocation and free becomes an event for lock-free
+//! subscribers, and an address-range registry answers "is this pointer GPU memory, which
+//! allocation?" in nanoseconds, from any thread.
 //!
-//! Layers, each using only those below it: [`elf`] reads loaded objects, [`patch`] writes GOT
-//! slots, [`hooks`] decides what to patch (and interposes the dynamic loader), [`events`]
-//! dispatches, [`registry`] answers lookups, [`cuda`] holds the CUDA hook table and
-//! classification, [`report`] and [`init`] are what users see, [`capi`] is the C surface.
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use cuhook::events::{mask, MemEvent, MemType};
+//!
+//! static FREES: AtomicUsize = AtomicUsize::new(0);
+//!
+//! /// Runs on the freeing thread before the memory goes: drop cached registrations here.
+//! fn on_free(_ev: &MemEvent, _context: usize) {
+//!     FREES.fetch_add(1, Ordering::Relaxed);
+//! }
+//!
+//! let hooks = cuhook::install()?; // patch every loaded object, start the registry
+//! let subscription = cuhook::subscribe(mask::FREE, 0, on_free, 0)?;
+//!
+//! // Host memory is in no CUDA allocation: the registry says so without asking the driver.
+//! let buf = vec![0u8; 4096];
+//! assert!(cuhook::lookup_span(buf.as_ptr() as usize, buf.len()).is_none());
+//! // With no CUDA driver loaded, classification falls back to host memory.
+//! assert_eq!(cuhook::cuda::classify(buf.as_ptr() as usize).mem_type, MemType::Host);
+//!
+//! drop(subscription); // on_free runs on no thread after this
+//! hooks.uninstall()?; // every patched slot back as it was
+//! # Ok::<(), cuhook::Error>(())
+//! ```
+//!
+//! Built as `libcuhook.so` it installs itself from a constructor (`LD_PRELOAD`, or linked into a
+//! host library) and offers the same API to C (`include/cuhook.h`; `scripts/install-c.sh`
+//! installs the versioned library, header and pkg-config file). The `cuhook` command runs a
+//! program under the hooks (`cuhook run`), with an exit report and a trace that `cuhook view`
+//! draws.
+//!
+//! Modules, each using only those below it: [`hooks`] decides what to patch (and interposes the
+//! dynamic loader; its generic engine hooks any symbol), [`events`] dispatches, [`registry`]
+//! answers lookups, [`cuda`] holds the CUDA hook table and classification, [`report`] is what
+//! users see (exit report, trace, reading traces back). The ELF reader, the slot writer, the
+//! logger and the C API's Rust side are internal.
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 
 mod api;
+/// The C API (`include/cuhook.h`): exported `extern "C"` functions, not for Rust callers.
+#[doc(hidden)]
 pub mod capi;
 pub mod cuda;
+#[doc(hidden)]
 pub mod elf;
 pub mod error;
 pub mod events;
 pub mod hooks;
 pub mod init;
+#[doc(hidden)]
 pub mod log;
+#[doc(hidden)]
+pub mod output;
+#[doc(hidden)]
 pub mod patch;
 pub mod registry;
 pub mod report;

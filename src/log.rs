@@ -1,5 +1,6 @@
-//! Diagnostics to stderr (the lowest layer: every module may log), written with `write(2)` from a stack buffer: usable in constructors
-//! before std is ready, at exit, and inside hooks (no allocation, no stdout lock).
+//! Diagnostics to stderr (the lowest layer with [`crate::output`]: every module may log), written
+//! with `write(2)` from a stack buffer: usable in constructors before std is ready, at exit, and
+//! inside hooks (no allocation, no stdout lock).
 
 use std::fmt::{self, Write};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -73,6 +74,20 @@ impl<const N: usize> StackBuf<N> {
     pub fn clear(&mut self) {
         self.len = 0;
     }
+
+    /// End the text with a newline. Text that filled the buffer loses its tail to a `...` marker
+    /// and the newline, so a cut line never runs into the next one.
+    pub fn end_line(&mut self) {
+        const CUT: &[u8] = b"...\n";
+        if self.len < N {
+            self.buf[self.len] = b'\n';
+            self.len += 1;
+        } else {
+            let at = N.saturating_sub(CUT.len());
+            let n = N - at;
+            self.buf[at..].copy_from_slice(&CUT[CUT.len() - n..]);
+        }
+    }
 }
 
 impl<const N: usize> Default for StackBuf<N> {
@@ -90,22 +105,6 @@ impl<const N: usize> Write for StackBuf<N> {
     }
 }
 
-/// Write all of `bytes` to a file descriptor, retrying on EINTR and short writes.
-pub fn write_fd(fd: i32, mut bytes: &[u8]) {
-    while !bytes.is_empty() {
-        // SAFETY: `bytes` is a valid readable slice for its length.
-        #[allow(unsafe_code)]
-        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
-        if n < 0 {
-            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return;
-        }
-        bytes = &bytes[n as usize..];
-    }
-}
-
 /// Print one line `cuhook[pid] level: message` to stderr if `level` is enabled.
 pub fn log(level: Level, args: fmt::Arguments<'_>) {
     if !enabled(level) {
@@ -114,8 +113,8 @@ pub fn log(level: Level, args: fmt::Arguments<'_>) {
     let mut line = StackBuf::<1024>::new();
     let _ = write!(line, "cuhook[{}] {}: ", std::process::id(), level.name());
     let _ = line.write_fmt(args);
-    let _ = line.write_char('\n');
-    write_fd(2, line.as_bytes());
+    line.end_line();
+    crate::output::write_stderr(line.as_bytes());
 }
 
 /// `log!(Level::Warn, "format", args…)`.
@@ -124,4 +123,24 @@ macro_rules! log {
     ($level:expr, $($arg:tt)*) => {
         $crate::log::log($level, format_args!($($arg)*))
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended<const N: usize>(text: &str) -> Vec<u8> {
+        let mut b = StackBuf::<N>::new();
+        let _ = b.write_str(text);
+        b.end_line();
+        b.as_bytes().to_vec()
+    }
+
+    #[test]
+    fn a_line_always_ends_with_its_newline() {
+        assert_eq!(ended::<16>("abc"), b"abc\n");
+        assert_eq!(ended::<4>("abc"), b"abc\n");
+        assert_eq!(ended::<8>("abcdefghijkl"), b"abcd...\n");
+        assert_eq!(ended::<2>("abc"), b".\n");
+    }
 }

@@ -6,9 +6,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The directory build.rs compiled the C fixtures into.
+/// The directory the `cuhook-fixtures` dev-dependency compiled the C fixtures into.
 pub fn fixtures_dir() -> PathBuf {
-    PathBuf::from(env!("CUHOOK_FIXTURES_DIR"))
+    cuhook_fixtures::dir()
 }
 
 /// `libcuhook.so` of this build (cargo puts the cdylib beside the test executable).
@@ -112,4 +112,94 @@ pub fn run_fixture(program: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// A prefix holding the C library as `scripts/install-c.sh` installs it (versioned
+/// `libcuhook.so.X.Y.Z` with its soname links, `include/cuhook.h`, `lib/pkgconfig/cuhook.pc`),
+/// made from this build's libcuhook.so once per test process.
+pub fn installed_c_prefix() -> PathBuf {
+    static PREFIX: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PREFIX
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("current_exe");
+            let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+            let prefix =
+                std::env::temp_dir().join(format!("cuhook-prefix-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&prefix);
+            let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/install-c.sh");
+            let out = Command::new("sh")
+                .arg(&script)
+                .arg("--prefix")
+                .arg(&prefix)
+                .arg("--lib")
+                .arg(libcuhook())
+                .output()
+                .expect("run scripts/install-c.sh");
+            assert!(
+                out.status.success(),
+                "install-c.sh failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            prefix
+        })
+        .clone()
+}
+
+/// `pkg-config --cflags --libs cuhook` against the tree of [`installed_c_prefix`], split into
+/// arguments.
+pub fn pkg_config_cuhook() -> Vec<String> {
+    pkg_config_flags(&installed_c_prefix().join("lib/pkgconfig"), None)
+}
+
+/// `pkg-config --cflags --libs cuhook` with `cuhook.pc` from `pc_dir`, under `sysroot` if
+/// given (a staged `--destdir` tree).
+pub fn pkg_config_flags(
+    pc_dir: &std::path::Path,
+    sysroot: Option<&std::path::Path>,
+) -> Vec<String> {
+    let mut cmd = Command::new("pkg-config");
+    cmd.args(["--cflags", "--libs", "cuhook"])
+        .env("PKG_CONFIG_PATH", pc_dir);
+    if let Some(s) = sysroot {
+        cmd.env("PKG_CONFIG_SYSROOT_DIR", s);
+    }
+    let out = output_ok(&mut cmd);
+    String::from_utf8(out.stdout)
+        .expect("pkg-config output is UTF-8")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The `cuhook` binary of this build, with none of the caller's cuhook settings.
+pub fn cuhook_command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cuhook"));
+    cmd.env_remove("CUHOOK_DISABLE").env_remove("LD_PRELOAD");
+    for v in ["CUHOOK_REPORT", "CUHOOK_TRACE"] {
+        cmd.env_remove(v);
+    }
+    cmd
+}
+
+/// A fresh, empty directory for one test's files.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cuhook-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create a scratch directory");
+    dir
+}
+
+/// Run `cmd` to completion; panic with its stderr unless it exited 0.
+pub fn output_ok(cmd: &mut Command) -> std::process::Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }

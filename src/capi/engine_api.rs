@@ -62,6 +62,11 @@ fn copy_str(dst: &mut [c_char], src: &str) {
     dst[n] = 0;
 }
 
+/// `CUHOOK_MAX_HOOKS`: the most hooks one set may hold. A larger `count` is a caller's mistake
+/// (a negative length cast to `size_t`, an uninitialised variable) and is refused before the array
+/// is read or anything is allocated for it.
+pub const MAX_HOOKS: usize = 65536;
+
 /// Install hooks given as a C array. Returns 0 and stores the installation id.
 ///
 /// # Safety
@@ -80,6 +85,11 @@ pub unsafe extern "C" fn cuhook_hooks_install(
         if hooks.is_null() && count > 0 {
             return Err(Error::InvalidArgument {
                 what: "hooks is NULL",
+            });
+        }
+        if count > MAX_HOOKS {
+            return Err(Error::InvalidArgument {
+                what: "count is larger than CUHOOK_MAX_HOOKS (65536)",
             });
         }
         let mut list = Vec::with_capacity(count);

@@ -18,7 +18,9 @@ static MAPPED: AtomicU64 = AtomicU64::new(0);
 /// How many entry-point lookups were seen, and how many handed out a hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LookupCounts {
+    /// Entry-point lookups seen (`cuGetProcAddress`, `dlsym` of the driver, ...).
     pub calls: u64,
+    /// Of those, how many were answered with a hook.
     pub mapped: u64,
 }
 

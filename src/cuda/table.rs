@@ -21,16 +21,24 @@ use crate::events::{flags, HookGuard, MemType};
 /// Which family a hook belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Group {
+    /// Synchronous driver allocation and free (`cuMemAlloc`, `cuMemFree`, ...).
     DriverSync,
+    /// Stream-ordered driver calls and pools (`cuMemAllocAsync`, `cuMemFreeAsync`, ...).
     DriverStreamOrdered,
+    /// Virtual memory management (`cuMemMap`, `cuMemUnmap`).
     DriverVmm,
+    /// Pinned and registered host memory (`cuMemHostAlloc`, `cuMemHostRegister`, ...).
     DriverHost,
+    /// Context and device teardown, which frees every range it owned.
     DriverTeardown,
+    /// The CUDA runtime (`cudaMalloc`, `cudaMallocAsync`, ...).
     Runtime,
+    /// Entry-point lookups (`cuGetProcAddress`, `cudaGetDriverEntryPoint`).
     Resolution,
 }
 
 impl Group {
+    /// The group's name as `cuhook symbols` prints it.
     pub const fn name(self) -> &'static str {
         match self {
             Group::DriverSync => "driver sync",
@@ -51,6 +59,7 @@ pub struct HookInfo {
     pub symbol: &'static str,
     /// The name callers ask `cuGetProcAddress` for, e.g. `cuMemAllocAsync`.
     pub base: &'static str,
+    /// Which family the hook belongs to.
     pub group: Group,
     /// Address of the hook function.
     pub replacement: fn() -> usize,

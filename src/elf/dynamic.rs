@@ -120,7 +120,7 @@ impl DynamicTables {
         let (mut gnu_hash, mut hash) = (None, None);
         for i in 0..MAX_DYN {
             let d: Dyn = img
-                .read(dyn_addr + i * std::mem::size_of::<Dyn>())
+                .read(dyn_addr.wrapping_add(i * std::mem::size_of::<Dyn>()))
                 .ok_or(bad("dynamic section not readable"))?;
             let v = d.d_val as usize;
             match d.d_tag {
@@ -205,6 +205,18 @@ impl DynamicTables {
             });
         }
         Ok(Some(t))
+    }
+}
+
+impl DynamicTables {
+    /// Address of symbol `index`'s entry; `None` when a corrupt `DT_SYMENT` overflows it.
+    pub(crate) fn sym_addr(&self, index: usize) -> Option<usize> {
+        self.symtab.checked_add(index.checked_mul(self.syment)?)
+    }
+
+    /// Address of symbol `index`'s `DT_VERSYM` entry, if the object has version indexes.
+    pub(crate) fn versym_addr(&self, index: usize) -> Option<usize> {
+        self.versym?.checked_add(index.checked_mul(2)?)
     }
 }
 

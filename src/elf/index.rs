@@ -133,7 +133,7 @@ impl ObjectIndex {
                 {
                     continue;
                 }
-                let Some(sym) = img.read::<Sym>(tables.symtab + sym_index * tables.syment) else {
+                let Some(sym) = tables.sym_addr(sym_index).and_then(|a| img.read::<Sym>(a)) else {
                     continue;
                 };
                 let Some(name) = tables.string(&img, sym.st_name as usize) else {
@@ -146,8 +146,8 @@ impl ObjectIndex {
                 let canonical_plt = (!defined_here && sym.st_value != 0)
                     .then(|| object.base.wrapping_add(sym.st_value as usize));
                 let version = tables
-                    .versym
-                    .and_then(|vs| img.read::<u16>(vs + sym_index * 2))
+                    .versym_addr(sym_index)
+                    .and_then(|a| img.read::<u16>(a))
                     .and_then(|v| versions.name_of(v & 0x7fff));
                 let name = idx.intern(name);
                 let version = version.map(|v| idx.intern(v));

@@ -44,7 +44,7 @@ pub fn defines(obj: &LoadedObject, name: &str, version: Option<&str>) -> bool {
     let img = Image::new(obj);
     let versions = VersionNames::read(&img, &t);
     let matches = |index: usize| -> bool {
-        let Some(sym) = img.read::<Sym>(t.symtab + index * t.syment) else {
+        let Some(sym) = t.sym_addr(index).and_then(|a| img.read::<Sym>(a)) else {
             return false;
         };
         let bind = sym.st_info >> 4;
@@ -58,7 +58,7 @@ pub fn defines(obj: &LoadedObject, name: &str, version: Option<&str>) -> bool {
         if t.string(&img, sym.st_name as usize) != Some(name.as_bytes()) {
             return false;
         }
-        let versym = t.versym.and_then(|vs| img.read::<u16>(vs + index * 2));
+        let versym = t.versym_addr(index).and_then(|a| img.read::<u16>(a));
         match (version, versym) {
             (Some(v), Some(vs)) => versions.name_of(vs & 0x7fff) == Some(v.as_bytes()),
             (Some(_), None) => false,
@@ -106,7 +106,10 @@ fn lookup_gnu(img: &Image<'_>, at: usize, name: &[u8], matches: impl Fn(usize) -
         if ch & 1 != 0 {
             return false;
         }
-        index += 1;
+        let Some(next) = index.checked_add(1) else {
+            return false;
+        };
+        index = next;
     }
     false
 }

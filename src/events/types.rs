@@ -78,9 +78,13 @@ pub mod mask {
 /// the allocation (free; 0 when the registry did not know the pointer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemEvent {
+    /// Allocation or free.
     pub kind: EventKind,
+    /// First byte of the range.
     pub address: usize,
+    /// Length in bytes.
     pub size: usize,
+    /// Memory type.
     pub mem_type: MemType,
     /// Device ordinal, -1 for host or unknown.
     pub device: i32,

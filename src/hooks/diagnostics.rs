@@ -10,8 +10,11 @@ pub const MAX_ENTRIES: usize = 256;
 /// that object's calls to the wrong function, so it was left alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conflict {
+    /// The object holding the slot.
     pub object: String,
+    /// The symbol the slot is for.
     pub symbol: String,
+    /// Address of the slot.
     pub address: usize,
     /// What the slot is bound to.
     pub bound_to: usize,
@@ -23,10 +26,15 @@ pub struct Conflict {
 /// was left as it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ForeignSlot {
+    /// The object holding the slot.
     pub object: String,
+    /// The symbol the slot is for.
     pub symbol: String,
+    /// Address of the slot.
     pub address: usize,
+    /// The value found in the slot.
     pub found: usize,
+    /// Our replacement, which it no longer held.
     pub ours: usize,
 }
 
@@ -44,7 +52,9 @@ pub struct Diagnostics {
     pub other_namespaces: Vec<String>,
     /// Objects whose tables could not be read, with the reason.
     pub unreadable: Vec<String>,
+    /// Slots left alone because they were bound to another definition.
     pub conflicts: Vec<Conflict>,
+    /// Slots someone else re-patched after us, left as found at uninstall.
     pub foreign: Vec<ForeignSlot>,
     /// Objects loaded after install whose constructors ran before their slots were patched
     /// (constructors run inside `dlopen`): calls made by those constructors were not seen.

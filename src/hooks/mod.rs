@@ -103,10 +103,15 @@ pub fn rescan(patience: Option<Duration>) -> Result<usize> {
 /// One patched slot, for diagnostics and tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PatchedSlot {
+    /// Name of the hook set that patched it.
     pub set: String,
+    /// The object holding the slot.
     pub object: String,
+    /// The symbol the slot is for.
     pub symbol: String,
+    /// Address of the slot.
     pub address: usize,
+    /// Relocation type of the slot.
     pub kind: RelocKind,
     /// Value before the patch.
     pub old: usize,

@@ -16,6 +16,7 @@ use crate::{Error, Result};
 pub struct OriginalStore(&'static AtomicUsize);
 
 impl OriginalStore {
+    /// The original function's address (0 until installed).
     pub fn get(&self) -> usize {
         self.0.load(Ordering::Acquire)
     }
@@ -96,14 +97,17 @@ impl Hook {
         Ok(self)
     }
 
+    /// The symbol this hook replaces.
     pub fn symbol(&self) -> &str {
         self.symbol.to_str().unwrap_or("?")
     }
 
+    /// The symbol version it is limited to, if any.
     pub fn version(&self) -> Option<&str> {
         self.version.as_ref().and_then(|v| v.to_str().ok())
     }
 
+    /// Address of the replacement function.
     pub fn replacement(&self) -> usize {
         self.replacement
     }
@@ -149,10 +153,12 @@ impl HookSet {
         })
     }
 
+    /// The set's name (shown in diagnostics).
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The hooks of the set.
     pub fn hooks(&self) -> &[Hook] {
         &self.hooks
     }

@@ -12,7 +12,9 @@ use super::loader::auxv;
 pub enum SkipReason {
     /// The object that contains cuhook: its calls to originals must never reach its own hooks.
     SelfObject,
+    /// The kernel's vDSO (no relocations to patch).
     Vdso,
+    /// The dynamic loader itself.
     Loader,
     /// Its name contains an entry of the exclude list.
     Excluded,

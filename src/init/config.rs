@@ -8,8 +8,9 @@ use crate::log::Level;
 /// Where the exit report goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReportTarget {
+    /// Standard error.
     Stderr,
-    /// A file; `%p` in the path is replaced by the process id.
+    /// A file; `%p` in the path is replaced by the process id, `%r` by the MPI rank.
     File(OsString),
 }
 
@@ -43,8 +44,11 @@ impl Default for Config {
 /// One warning about a bad variable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Warning {
+    /// The variable's name.
     pub variable: &'static str,
+    /// The value it had.
     pub value: String,
+    /// The values it accepts.
     pub accepted: &'static str,
 }
 

@@ -125,15 +125,11 @@ extern "C" fn write_report_at_exit() {
         let Some(target) = target else { return };
         let text = report::render();
         match target {
-            ReportTarget::Stderr => log::write_fd(2, text.as_bytes()),
+            ReportTarget::Stderr => crate::output::write_stderr(text.as_bytes()),
             ReportTarget::File(path) => {
-                let path = report::expand_pid(&path);
-                if let Err(e) = std::fs::write(&path, text.as_bytes()) {
-                    crate::log!(
-                        Level::Error,
-                        "cannot write the report to {}: {e}",
-                        path.to_string_lossy()
-                    );
+                let path = report::expand_path(&path);
+                if let Err(e) = report::write_file(&path, text.as_bytes()) {
+                    crate::log!(Level::Error, "{}: {e}", path.to_string_lossy());
                 }
             }
         }

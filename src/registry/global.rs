@@ -69,14 +69,19 @@ pub fn note_failed_free() {
 /// Counters for reports.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RegistryStats {
+    /// Ranges registered now.
     pub live: usize,
+    /// Bytes of those ranges.
     pub live_bytes: usize,
     /// Inserts over a live range (a pool handed the address out again without a seen free).
     pub missed_frees: u64,
+    /// Frees of pointers the registry never held.
     pub unknown_frees: u64,
+    /// Frees the driver refused after they were announced.
     pub failed_frees: u64,
 }
 
+/// The global registry's counters now.
 pub fn stats() -> RegistryStats {
     RegistryStats {
         live: GLOBAL.len(),

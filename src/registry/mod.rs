@@ -75,9 +75,11 @@ use write::{Writer, Yield};
 /// One registered address range and what is known about it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Allocation {
+    /// First byte of the range.
     pub start: usize,
     /// At least 1 for any registered range.
     pub size: usize,
+    /// Memory type.
     pub mem_type: MemType,
     /// Device ordinal, -1 for host or unknown.
     pub device: i32,
@@ -209,6 +211,7 @@ impl Default for Registry {
 }
 
 impl Registry {
+    /// An empty registry.
     pub const fn new() -> Self {
         Registry {
             read: ReadSide {

@@ -5,25 +5,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::stats;
+use super::summary::{LiveAllocation, Summary};
 use crate::{elf, hooks, registry};
-
-/// Live allocations listed (largest first).
-const TOP_LIVE: usize = 20;
-
-fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
 
 /// Objects that carry a static CUDA runtime: they are not libcudart or the driver, yet embed the
 /// name the runtime asks `dlsym` for (`cuGetProcAddress_v2`). Their driver calls are visible
@@ -48,94 +31,33 @@ pub fn render() -> String {
     let mut r = String::new();
     let _ = writeln!(r, "==== cuhook report (pid {}) ====", std::process::id());
 
-    let mut apis = stats::api_counts();
-    apis.sort_by(|a, b| a.api.cmp(b.api));
-    let _ = writeln!(r, "\nCalls by API:");
-    if apis.is_empty() {
-        let _ = writeln!(r, "  (no CUDA allocation or free was seen)");
-    } else {
-        let _ = writeln!(
-            r,
-            "  {:<34} {:>8} {:>12} {:>8} {:>12}",
-            "api", "allocs", "bytes", "frees", "bytes"
-        );
-        for a in &apis {
-            let _ = writeln!(
-                r,
-                "  {:<34} {:>8} {:>12} {:>8} {:>12}",
-                a.api, a.allocs, a.alloc_bytes, a.frees, a.free_bytes
-            );
-        }
-    }
-
-    let usage = stats::usage();
-    if !usage.is_empty() {
-        let _ = writeln!(r, "\nMemory by type and device:");
-        let _ = writeln!(
-            r,
-            "  {:<8} {:>6} {:>14} {:>14}",
-            "type", "device", "live", "peak"
-        );
-        for u in &usage {
-            let dev = if u.device < 0 {
-                "-".to_owned()
-            } else {
-                u.device.to_string()
-            };
-            let _ = writeln!(
-                r,
-                "  {:<8} {:>6} {:>14} {:>14}",
-                u.mem_type.name(),
-                dev,
-                bytes(u.live),
-                bytes(u.peak)
-            );
-        }
-    }
-
-    let mut live = registry::global().snapshot();
     let rs = registry::stats();
-    live.sort_by_key(|a| std::cmp::Reverse(a.size));
-    let _ = writeln!(
-        r,
-        "\nLive allocations at exit: {} ({})",
-        live.len(),
-        bytes(rs.live_bytes as u64)
-    );
-    for a in live.iter().take(TOP_LIVE) {
-        let dev = if a.device < 0 {
-            "-".to_owned()
-        } else {
-            a.device.to_string()
-        };
+    let summary = Summary {
+        apis: stats::api_counts(),
+        usage: stats::usage(),
+        live: registry::global()
+            .snapshot()
+            .iter()
+            .map(|a| LiveAllocation {
+                start: a.start,
+                size: a.size as u64,
+                mem_type: a.mem_type,
+                device: a.device,
+                api: a.api.to_str().unwrap_or("?").to_owned(),
+            })
+            .collect(),
+        live_bytes: rs.live_bytes as u64,
+        unknown_frees: rs.unknown_frees,
+        missed_frees: rs.missed_frees,
+        failed_frees: rs.failed_frees,
+    };
+    summary.write(&mut r);
+
+    let dropped = super::trace::dropped_lines();
+    if dropped > 0 {
         let _ = writeln!(
             r,
-            "  {:#x} {:>12} {:<8} dev {:<2} {}",
-            a.start,
-            bytes(a.size as u64),
-            a.mem_type.name(),
-            dev,
-            a.api.to_str().unwrap_or("?")
-        );
-    }
-    if live.len() > TOP_LIVE {
-        let _ = writeln!(r, "  ... and {} more", live.len() - TOP_LIVE);
-    }
-    let _ = writeln!(
-        r,
-        "\nFrees of pointers never seen allocated: {}",
-        rs.unknown_frees
-    );
-    let _ = writeln!(
-        r,
-        "Missed frees (a live range allocated over again): {}",
-        rs.missed_frees
-    );
-    if rs.failed_frees > 0 {
-        let _ = writeln!(
-            r,
-            "Frees refused by the driver after being announced: {}",
-            rs.failed_frees
+            "Trace lines dropped (the trace pipe's reader did not keep up): {dropped}"
         );
     }
 

@@ -97,10 +97,15 @@ pub fn on_event(ev: &MemEvent, _context: usize) {
 /// Counts of one API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiCounts {
-    pub api: &'static str,
+    /// The API's name.
+    pub api: String,
+    /// Allocations made through it.
     pub allocs: u64,
+    /// Bytes those allocations asked for.
     pub alloc_bytes: u64,
+    /// Frees made through it.
     pub frees: u64,
+    /// Bytes those frees released.
     pub free_bytes: u64,
 }
 
@@ -116,7 +121,7 @@ pub fn api_counts() -> Vec<ApiCounts> {
             #[allow(unsafe_code)]
             let name = unsafe { CStr::from_ptr(p as *const std::ffi::c_char) };
             Some(ApiCounts {
-                api: name.to_str().unwrap_or("?"),
+                api: name.to_str().unwrap_or("?").to_owned(),
                 allocs: r.allocs.load(Ordering::Relaxed),
                 alloc_bytes: r.alloc_bytes.load(Ordering::Relaxed),
                 frees: r.frees.load(Ordering::Relaxed),
@@ -129,9 +134,13 @@ pub fn api_counts() -> Vec<ApiCounts> {
 /// Live and peak bytes of one memory type on one device (-1: host / unknown).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
+    /// Memory type.
     pub mem_type: MemType,
+    /// Device ordinal, -1 for host or unknown.
     pub device: i32,
+    /// Bytes live now.
     pub live: u64,
+    /// The most bytes live at once.
     pub peak: u64,
 }
 

@@ -1,47 +1,52 @@
 //! `CUHOOK_TRACE`: one JSON object per event and line, appended with a single `write(2)` from a
 //! stack buffer (no allocation inside hooks; `O_APPEND` keeps lines of several threads and
-//! processes whole).
+//! processes whole; a line is shorter than `PIPE_BUF`, so a pipe takes it whole or not at all).
 
 use std::ffi::OsStr;
 use std::fmt::Write;
-use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use crate::events::{EventKind, MemEvent};
-use crate::log::{write_fd, StackBuf};
+use crate::log::{Level, StackBuf};
+use crate::output::{Mode, OutputFile, WriteError};
 
-static FD: AtomicI32 = AtomicI32::new(-1);
+/// The open trace. Never freed: a hook on another thread may hold it while a new one is opened
+/// (one small leak per `enable_trace`, which happens once per process in practice).
+static FILE: AtomicPtr<OutputFile> = AtomicPtr::new(ptr::null_mut());
+/// Lines dropped because the trace's reader (a pipe) did not keep up.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// The "tracing stopped" warning was printed.
+static STOP_WARNED: AtomicBool = AtomicBool::new(false);
 
-/// Open (append) the trace file; `%p` in the path becomes the process id.
+/// Open (append) the trace file; `%p` in the path becomes the process id, `%r` the MPI rank. See
+/// [`OutputFile::open`] for what is refused (symlinks, a FIFO without reader).
 pub fn open(path: &OsStr) -> std::io::Result<()> {
-    let path = super::expand_pid(path);
-    let mut bytes = path.as_bytes().to_vec();
-    bytes.push(0);
-    // SAFETY: NUL-terminated path; the returned descriptor is owned by this module.
-    #[allow(unsafe_code)]
-    let fd = unsafe {
-        libc::open(
-            bytes.as_ptr().cast(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
-            0o644,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let old = FD.swap(fd, Ordering::AcqRel);
-    if old >= 0 {
-        // SAFETY: closing the descriptor this module opened before.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::close(old)
-        };
-    }
+    let path = super::expand_path(path);
+    let file = Box::into_raw(Box::new(OutputFile::open(&path, Mode::Append)?));
+    FILE.store(file, Ordering::Release);
     Ok(())
 }
 
-/// Format one event as a JSON line.
-pub fn format(ev: &MemEvent, tid: i64, out: &mut impl Write) -> std::fmt::Result {
+/// Lines dropped so far because a pipe reader was too slow.
+pub fn dropped_lines() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+/// Stop tracing to `file` (if it is still the trace), with one warning saying why.
+fn stop(file: *mut OutputFile, why: &str) {
+    if FILE
+        .compare_exchange(file, ptr::null_mut(), Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+        && !STOP_WARNED.swap(true, Ordering::Relaxed)
+    {
+        crate::log!(Level::Warn, "CUHOOK_TRACE: {why}; tracing stops");
+    }
+}
+
+/// Format one event as a JSON line; `time_ns` is the wall-clock time (ns since the Unix epoch),
+/// which lines up the traces of several processes (`cuhook view`, one lane per rank).
+pub fn format(ev: &MemEvent, tid: i64, time_ns: u64, out: &mut impl Write) -> std::fmt::Result {
     let kind = match ev.kind {
         EventKind::Alloc => "alloc",
         EventKind::Free => "free",
@@ -49,7 +54,7 @@ pub fn format(ev: &MemEvent, tid: i64, out: &mut impl Write) -> std::fmt::Result
     // API names are C identifiers: nothing to escape.
     writeln!(
         out,
-        "{{\"event\":\"{kind}\",\"api\":\"{}\",\"address\":\"{:#x}\",\"size\":{},\"mem_type\":\"{}\",\"device\":{},\"flags\":{},\"stream\":\"{:#x}\",\"pool\":\"{:#x}\",\"tid\":{tid}}}",
+        "{{\"event\":\"{kind}\",\"api\":\"{}\",\"address\":\"{:#x}\",\"size\":{},\"mem_type\":\"{}\",\"device\":{},\"flags\":{},\"stream\":\"{:#x}\",\"pool\":\"{:#x}\",\"tid\":{tid},\"time_ns\":{time_ns}}}",
         ev.api.to_str().unwrap_or("?"),
         ev.address,
         ev.size,
@@ -61,18 +66,44 @@ pub fn format(ev: &MemEvent, tid: i64, out: &mut impl Write) -> std::fmt::Result
     )
 }
 
-/// The subscriber.
+/// The subscriber. One identity-checked, `SIGPIPE`-safe, non-blocking write per line; a line
+/// a slow pipe reader has no room for is dropped and counted.
 pub fn on_event(ev: &MemEvent, _context: usize) {
-    let fd = FD.load(Ordering::Acquire);
-    if fd < 0 {
+    let file = FILE.load(Ordering::Acquire);
+    if file.is_null() {
         return;
     }
+    // SAFETY: trace files are leaked, never freed: the pointer stays valid.
+    #[allow(unsafe_code)]
+    let f = unsafe { &*file };
     // SAFETY: gettid has no preconditions.
     #[allow(unsafe_code)]
     let tid = unsafe { libc::gettid() } as i64;
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec to write; CLOCK_REALTIME always exists (vDSO, no lock).
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_REALTIME, &mut now)
+    };
+    let time_ns = (now.tv_sec as u64) * 1_000_000_000 + now.tv_nsec as u64;
     let mut line = StackBuf::<512>::new();
-    if format(ev, tid, &mut line).is_ok() {
-        write_fd(fd, line.as_bytes());
+    if format(ev, tid, time_ns, &mut line).is_err() {
+        return;
+    }
+    match f.write(line.as_bytes(), 0) {
+        Ok(()) => {}
+        Err(WriteError::Full) => {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(WriteError::Replaced) => stop(
+            file,
+            "the program closed the trace file's descriptor (and may have reused it)",
+        ),
+        Err(WriteError::Closed) => stop(file, "the trace pipe's reader has gone"),
+        Err(WriteError::Other(_)) => {}
     }
 }
 
@@ -88,10 +119,10 @@ mod tests {
         ev.device = 1;
         ev.flags = flags::STREAM_ORDERED;
         let mut s = String::new();
-        format(&ev, 42, &mut s).unwrap();
+        format(&ev, 42, 1_700_000_000_000_000_000, &mut s).unwrap();
         assert_eq!(
             s,
-            "{\"event\":\"alloc\",\"api\":\"cudaMallocAsync\",\"address\":\"0x7f0000001000\",\"size\":4096,\"mem_type\":\"cuda\",\"device\":1,\"flags\":1,\"stream\":\"0x0\",\"pool\":\"0x0\",\"tid\":42}\n"
+            "{\"event\":\"alloc\",\"api\":\"cudaMallocAsync\",\"address\":\"0x7f0000001000\",\"size\":4096,\"mem_type\":\"cuda\",\"device\":1,\"flags\":1,\"stream\":\"0x0\",\"pool\":\"0x0\",\"tid\":42,\"time_ns\":1700000000000000000}\n"
         );
     }
 }

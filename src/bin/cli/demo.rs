@@ -1,16 +1,16 @@
 //! `cuhook demo`: the bundled demo programs under cuhook, with a readable trace and the report.
 
-use std::ffi::OsString;
-use std::path::PathBuf;
+use cuhook::report::replay::field;
 
 use super::run::{exit_code, run_under_cuhook};
+use std::ffi::OsString;
 
 const HELP: &str = "\
 Usage: cuhook demo
 
 Runs three small CUDA programs that know nothing about cuhook — one on the driver API, one on
 the shared CUDA runtime, one with the runtime linked statically (nvcc's default) — under cuhook,
-on the fake CUDA driver this crate builds for its tests, and shows what cuhook saw: every
+on the fake CUDA driver of this crate's tests (compiled first, with `cc` or $CC), and shows what cuhook saw: every
 allocation and free as it happened, and the exit report. On a machine with a GPU, run your own
 program with `cuhook run -- COMMAND`.
 ";
@@ -20,16 +20,6 @@ const PROGRAMS: [(&str, &str); 3] = [
     ("demo_rt_shared", "shared CUDA runtime (libcudart.so): cudaMalloc, cudaMallocAsync, managed, pinned host"),
     ("demo_rt_static", "static CUDA runtime: the same calls, visible only through cuGetProcAddress"),
 ];
-
-/// A field of one trace line (`"key":value` or `"key":"value"`).
-fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    let pat = format!("\"{key}\":");
-    let Some(i) = line.find(&pat) else { return "" };
-    let rest = &line[i + pat.len()..];
-    let rest = rest.strip_prefix('"').unwrap_or(rest);
-    let end = rest.find(['"', ',', '}']).unwrap_or(rest.len());
-    &rest[..end]
-}
 
 fn human(size: &str) -> String {
     let n: f64 = size.parse().unwrap_or(0.0);
@@ -72,18 +62,19 @@ pub fn main(args: &[OsString]) -> i32 {
         print!("{HELP}");
         return 0;
     }
-    let dir = PathBuf::from(env!("CUHOOK_FIXTURES_DIR"));
-    if !dir.join("libcuda.so.1").exists() {
-        eprintln!("cuhook demo: the demo programs are not at {} — run `cargo build --release` in the cuhook repository", dir.display());
-        return 1;
-    }
+    let build_dir = std::env::temp_dir().join(format!("cuhook-demo-{}", std::process::id()));
+    let dir = match super::demo_build::build(&build_dir) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("cuhook demo: {e}");
+            let _ = std::fs::remove_dir_all(&build_dir);
+            return 1;
+        }
+    };
     println!("cuhook demo: three CUDA programs on the fake driver, each run with libcuhook.so preloaded.\n");
     let mut worst = 0;
     for (program, what) in PROGRAMS {
-        let trace = std::env::temp_dir().join(format!(
-            "cuhook-demo-{}-{program}.jsonl",
-            std::process::id()
-        ));
+        let trace = build_dir.join(format!("{program}.jsonl"));
         let _ = std::fs::remove_file(&trace);
         println!("━━ {program}: {what}");
         let outcome =
@@ -91,6 +82,7 @@ pub fn main(args: &[OsString]) -> i32 {
                 Ok(o) => o,
                 Err(e) => {
                     eprintln!("cuhook demo: {e}");
+                    let _ = std::fs::remove_dir_all(&build_dir);
                     return 1;
                 }
             };
@@ -105,6 +97,7 @@ pub fn main(args: &[OsString]) -> i32 {
         }
         worst = worst.max(exit_code(outcome.status));
     }
+    let _ = std::fs::remove_dir_all(&build_dir);
     println!("Try it on your own program: cuhook run -- COMMAND (e.g. `cuhook run -- python3 train.py`).");
     worst
 }

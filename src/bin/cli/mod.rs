@@ -1,8 +1,12 @@
 //! Command-line parsing and the subcommands.
 
 mod demo;
+mod demo_build;
+mod private_dir;
 mod run;
+mod signals;
 mod symbols;
+mod view;
 
 use std::ffi::OsString;
 
@@ -13,10 +17,14 @@ Usage:
   cuhook run [--report FILE] [--trace FILE] [--] COMMAND [ARGS...]
       Run COMMAND with libcuhook.so preloaded. Prints the exit report on stderr (and
       writes it to FILE with --report); --trace writes one JSON object per event to FILE.
-      Exits with COMMAND's exit status.
+      Exits with COMMAND's exit status. In FILE, %p is the process id and %r the MPI rank
+      (mpirun -n 4 cuhook run --report r.%r.txt --trace t.%r.jsonl -- ./app).
   cuhook demo
       Run the bundled demo programs (fake CUDA driver and runtime) under cuhook and show
       the trace and the report. What `cargo run --release` does.
+  cuhook view [-o FILE] TRACE.jsonl...
+      Write FILE (default memory.html): a self-contained page showing each trace as a lane —
+      live bytes over time per memory type and device, events by API, peaks, the summary.
   cuhook symbols
       List every hooked symbol: name, group, and the name cuGetProcAddress is asked for.
   cuhook help | --help | -h
@@ -25,8 +33,8 @@ Usage:
 Environment (also honoured by libcuhook.so under LD_PRELOAD):
   CUHOOK_DISABLE=1          do not install
   CUHOOK_LOG=LEVEL          error|warn|info|debug|trace (default warn), on stderr
-  CUHOOK_REPORT=stderr|PATH exit report (%p in PATH becomes the process id)
-  CUHOOK_TRACE=PATH         one JSON line per event
+  CUHOOK_REPORT=stderr|PATH exit report (%p in PATH becomes the process id, %r the rank)
+  CUHOOK_TRACE=PATH         one JSON line per event (%p, %r as above)
   CUHOOK_EXCLUDE=A,B        never patch objects whose path contains A or B
 ";
 
@@ -42,6 +50,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         "run" => run::main(rest),
         "demo" => demo::main(rest),
         "symbols" => symbols::main(rest),
+        "view" => view::main(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             0

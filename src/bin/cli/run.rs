@@ -5,6 +5,9 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 
+use super::private_dir::PrivateDir;
+use super::signals;
+
 const HELP: &str = "\
 Usage: cuhook run [--report FILE] [--trace FILE] [--] COMMAND [ARGS...]
 
@@ -14,6 +17,10 @@ used CUDA, are printed on stderr when it ends. Exits with COMMAND's exit status.
 
   --report FILE   also write the report(s) to FILE
   --trace FILE    write one JSON object per event (alloc/free) to FILE
+
+In FILE, %p becomes the process id (for --report: COMMAND's), %r the MPI rank (from
+OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, MV2_COMM_WORLD_RANK or SLURM_PROCID; 0 outside a
+launcher), %% a %. Under MPI: mpirun -n 4 cuhook run --trace t.%r.jsonl -- ./app
 ";
 
 /// Parsed `run` options.
@@ -80,6 +87,8 @@ pub fn find_library() -> Result<PathBuf, String> {
 /// The result of one command under cuhook.
 pub struct Outcome {
     pub status: ExitStatus,
+    /// The process id of the command (what `%p` in `--report` names).
+    pub pid: u32,
     /// Reports of the command itself first, then of its other processes that used CUDA.
     pub reports: Vec<String>,
 }
@@ -91,8 +100,14 @@ pub fn run_under_cuhook(
     extra_env: &[(&str, &OsStr)],
 ) -> Result<Outcome, String> {
     let lib = find_library()?;
-    let dir = std::env::temp_dir().join(format!("cuhook-run-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    signals::start_forwarding();
+    // Dropped (and removed) on every way out of this function.
+    let dir = PrivateDir::new("cuhook-run-").map_err(|e| {
+        format!(
+            "cannot create a directory in {}: {e}",
+            std::env::temp_dir().display()
+        )
+    })?;
     let mut preload = OsString::from(lib.as_os_str());
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload.push(":");
@@ -101,42 +116,51 @@ pub fn run_under_cuhook(
     let mut cmd = Command::new(&command[0]);
     cmd.args(&command[1..])
         .env("LD_PRELOAD", preload)
-        .env("CUHOOK_REPORT", dir.join("report-%p.txt"));
+        .env("CUHOOK_REPORT", dir.path().join("report-%p.txt"));
     if let Some(t) = trace {
         cmd.env("CUHOOK_TRACE", t);
     }
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
+    signals::unblock_in_child(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", command[0].to_string_lossy()))?;
     let pid = child.id();
-    let status = child
-        .wait()
+    let status = signals::wait(&mut child)
         .map_err(|e| format!("waiting for {}: {e}", command[0].to_string_lossy()))?;
     let mut reports = Vec::new();
-    let own = dir.join(format!("report-{pid}.txt"));
-    if let Ok(text) = std::fs::read_to_string(&own) {
+    let own = PathBuf::from(format!("report-{pid}.txt"));
+    if let Some(text) = dir.read(&own) {
         reports.push(text);
     }
-    if let Ok(entries) = std::fs::read_dir(&dir) {
-        let mut others: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| *p != own)
-            .collect();
-        others.sort();
-        for p in others {
-            if let Ok(text) = std::fs::read_to_string(&p) {
-                if !text.contains("(no CUDA allocation or free was seen)") {
-                    reports.push(text);
-                }
+    for name in dir.names().into_iter().filter(|n| *n != own) {
+        if let Some(text) = dir.read(&name) {
+            if !text.contains("(no CUDA allocation or free was seen)") {
+                reports.push(text);
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(Outcome { status, reports })
+    Ok(Outcome {
+        status,
+        pid,
+        reports,
+    })
+}
+
+/// Write `--report FILE`: never through a symlink (one planted in a shared directory would
+/// redirect it), the same rule the library keeps for `CUHOOK_REPORT` and `CUHOOK_TRACE`.
+fn write_report(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?
+        .write_all(text.as_bytes())
 }
 
 /// The exit code a shell would report for `status`.
@@ -173,10 +197,11 @@ pub fn main(args: &[OsString]) -> i32 {
         eprint!("{text}");
     }
     if let Some(path) = &opts.report {
-        if let Err(e) = std::fs::write(path, &text) {
+        let path = cuhook::report::expand_path_for(path.as_os_str(), outcome.pid);
+        if let Err(e) = write_report(Path::new(&path), &text) {
             eprintln!(
                 "cuhook run: cannot write the report to {}: {e}",
-                path.display()
+                path.to_string_lossy()
             );
         }
     }

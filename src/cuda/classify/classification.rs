@@ -18,6 +18,7 @@ pub enum Source {
 /// The kind of memory a pointer points to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Classification {
+    /// Memory type.
     pub mem_type: MemType,
     /// Device ordinal, -1 for pageable host memory or unknown.
     pub device: i32,
@@ -27,6 +28,7 @@ pub struct Classification {
     pub context: usize,
     /// `CUmemoryPool` handle of pool memory, else 0.
     pub pool: usize,
+    /// Where the answer came from.
     pub source: Source,
 }
 

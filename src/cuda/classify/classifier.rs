@@ -71,6 +71,8 @@ pub struct Classifier<D> {
 }
 
 impl<D: Driver> Classifier<D> {
+    /// A classifier over `driver`; `warn` receives its one-time warnings (a driver that fails in
+    /// an unexpected way).
     pub const fn new(driver: D, warn: fn(&str)) -> Self {
         Classifier {
             driver,

@@ -16,10 +16,15 @@ pub type DriverResult<T> = Result<T, CUresult>;
 /// `CU_POINTER_ATTRIBUTE_*` values used in the batched query.
 pub mod attr {
     use super::CUpointer_attribute as A;
+    /// The allocation's `CUcontext`.
     pub const CONTEXT: u32 = A::CU_POINTER_ATTRIBUTE_CONTEXT as u32;
+    /// `CUmemorytype`: host, device or unified.
     pub const MEMORY_TYPE: u32 = A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE as u32;
+    /// Whether the memory is managed.
     pub const IS_MANAGED: u32 = A::CU_POINTER_ATTRIBUTE_IS_MANAGED as u32;
+    /// The owning device's ordinal.
     pub const DEVICE_ORDINAL: u32 = A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL as u32;
+    /// The `CUmemoryPool` of pool memory.
     pub const MEMPOOL_HANDLE: u32 = A::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE as u32;
 }
 

@@ -65,6 +65,7 @@ impl Default for LibCuda {
 }
 
 impl LibCuda {
+    /// Nothing resolved yet; functions are looked up in the driver on first use.
     pub const fn new() -> Self {
         LibCuda {
             fns: [const { AtomicUsize::new(0) }; NAMES.len()],

@@ -1,0 +1,147 @@
+//! The examples of `examples/` run on the fake driver: the registration cache in C (built
+//! against the installed C library with pkg-config) and in Rust (`cargo test` builds the
+//! examples), and the leak hunt on a Python program under `cuhook run`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(cmd: &mut Command) -> common::Run {
+    let out = cmd.output().expect("run the example");
+    common::Run {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+const CACHE_CHECKS: [&str; 7] = [
+    "first_send_registers",
+    "same_allocation_reuses_registration",
+    "free_invalidates_before_release",
+    "new_allocation_gets_new_registration",
+    "host_memory_is_not_registered",
+    "range_past_the_end_is_not_registered",
+    "every_registration_dropped",
+];
+
+#[test]
+fn c_registration_cache() {
+    let fixtures = common::fixtures_dir();
+    let lib = common::installed_c_prefix().join("lib");
+    let exe = common::scratch_dir("example-regcache-c").join("regcache");
+    let status = Command::new("cc")
+        .args(["-O1", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(root().join("examples/regcache/regcache.c"))
+        .args(common::pkg_config_cuhook())
+        // <cuda.h> of the fake driver.
+        .arg("-I")
+        .arg(root().join("fixtures/examples"))
+        .arg("-I")
+        .arg(root().join("fixtures/cuda"))
+        .arg(format!("-L{}", fixtures.display()))
+        .args(["-l:libcuda.so.1", "-lpthread"])
+        .arg(format!(
+            "-Wl,-rpath,{}:{}",
+            lib.display(),
+            fixtures.display()
+        ))
+        .status()
+        .expect("run cc");
+    assert!(
+        status.success(),
+        "compiling examples/regcache/regcache.c failed"
+    );
+    let r = run(Command::new(&exe).env_remove("CUHOOK_DISABLE"));
+    r.assert_passed(&CACHE_CHECKS);
+    assert!(
+        r.stdout.contains("hits 1 misses 3 invalidations 3"),
+        "{}",
+        r.stdout
+    );
+}
+
+/// `target/<profile>/examples/NAME`, which `cargo test` builds beside the test executables.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().and_then(Path::parent).unwrap();
+    let path = profile.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} missing: `cargo test --release` builds the examples (or `cargo build --release --examples`)",
+        path.display()
+    );
+    path
+}
+
+#[test]
+fn rust_registration_cache() {
+    let r = run(Command::new(example("regcache"))
+        .env("LD_LIBRARY_PATH", common::fixtures_dir())
+        .env_remove("CUHOOK_DISABLE"));
+    r.assert_passed(&CACHE_CHECKS);
+    assert!(
+        r.stdout.contains("hits 1 misses 3 invalidations 3"),
+        "{}",
+        r.stdout
+    );
+}
+
+/// `cuhook run --report --trace -- python3 leaky.py ARGS`: the report and the trace.
+fn leak_hunt(dir: &Path, args: &[&str]) -> (String, String) {
+    common::output_ok(
+        common::cuhook_command()
+            .current_dir(dir)
+            .env("CUDART", common::fixtures_dir().join("libcudart.so.13"))
+            .args([
+                "run", "--report", "r.txt", "--trace", "t.jsonl", "--", "python3",
+            ])
+            .arg(root().join("examples/leak-hunt/leaky.py"))
+            .args(args),
+    );
+    let report = std::fs::read_to_string(dir.join("r.txt")).unwrap();
+    let trace = std::fs::read_to_string(dir.join("t.jsonl")).unwrap();
+    (report, trace)
+}
+
+#[test]
+fn python_leak_hunt_finds_one_buffer_per_step() {
+    let dir = common::scratch_dir("example-leak");
+    let (report, trace) = leak_hunt(&dir, &["--steps", "20"]);
+    assert!(
+        report.contains("Live allocations at exit: 20 (5.0 MiB)"),
+        "{report}"
+    );
+    let leaked: Vec<&str> = report
+        .lines()
+        .filter(|l| l.contains("256.0 KiB cuda") && l.ends_with("cudaMalloc"))
+        .collect();
+    assert_eq!(leaked.len(), 20, "{report}");
+    assert_eq!(
+        trace.lines().count(),
+        20 * 5,
+        "3 allocations and 2 frees per step"
+    );
+    // The trace opens in the viewer.
+    common::output_ok(common::cuhook_command().current_dir(&dir).args([
+        "view",
+        "-o",
+        "leak.html",
+        "t.jsonl",
+    ]));
+    let html = std::fs::read_to_string(dir.join("leak.html")).unwrap();
+    assert!(html.contains("Live allocations at exit: 20 (5.0 MiB)"));
+
+    let (fixed, _) = leak_hunt(&dir, &["--steps", "20", "--fixed"]);
+    assert!(
+        fixed.contains("Live allocations at exit: 0 (0 B)"),
+        "{fixed}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,145 @@
+//! The model as JSON for the page's script. Only what the page needs: numbers, strings and
+//! arrays of them, written straight into the `<script type="application/json">` element
+//! (`<` escaped, so no string can end the element).
+
+use std::fmt::Write;
+
+use super::model::{Axis, Lane, Model, View};
+
+/// `s` as a JSON string literal, safe inside an HTML `<script>` element.
+pub fn string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '<' | '>' | '&' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c if (c as u32) < 0x20 || c == '\u{2028}' || c == '\u{2029}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn numbers(v: &[u64]) -> String {
+    let mut out = String::with_capacity(v.len() * 4);
+    out.push('[');
+    for (i, n) in v.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{n}");
+    }
+    out.push(']');
+    out
+}
+
+fn lane(l: &Lane) -> String {
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        "{{\"name\":{},\"events\":{},\"skipped\":{},\"summary\":{},\"series\":[",
+        string(&l.name),
+        l.events,
+        l.skipped,
+        string(&l.summary)
+    );
+    for (i, s) in l.series.iter().enumerate() {
+        if i > 0 {
+            o.push(',');
+        }
+        let _ = write!(
+            o,
+            "{{\"mem_type\":{},\"device\":{},\"min\":{},\"max\":{},\"last\":{},\"peak\":{},\"peak_x\":{}}}",
+            string(s.mem_type),
+            s.device,
+            numbers(&s.min),
+            numbers(&s.max),
+            numbers(&s.last),
+            s.peak,
+            s.peak_x
+        );
+    }
+    o.push_str("],\"buckets\":[");
+    for (i, b) in l.buckets.iter().enumerate() {
+        if i > 0 {
+            o.push(',');
+        }
+        o.push('[');
+        for (j, r) in b.iter().enumerate() {
+            if j > 0 {
+                o.push(',');
+            }
+            let _ = write!(
+                o,
+                "[{},{},{},{},{}]",
+                r.api, r.allocs, r.frees, r.alloc_bytes, r.free_bytes
+            );
+        }
+        o.push(']');
+    }
+    o.push_str("],\"largest\":[");
+    for (i, b) in l.largest.iter().enumerate() {
+        if i > 0 {
+            o.push(',');
+        }
+        match b {
+            None => o.push_str("null"),
+            Some(e) => {
+                let _ = write!(
+                    o,
+                    "[{},{},{},\"{:#x}\",{},{}]",
+                    u8::from(e.alloc),
+                    e.api,
+                    e.size,
+                    e.address,
+                    e.series,
+                    e.x
+                );
+            }
+        }
+    }
+    o.push_str("]}");
+    o
+}
+
+fn view(v: &View) -> String {
+    let lanes: Vec<String> = v.lanes.iter().map(lane).collect();
+    format!(
+        "{{\"timed\":{},\"t0\":\"{}\",\"span\":{},\"lanes\":[{}]}}",
+        v.axis == Axis::Time,
+        v.t0,
+        v.span,
+        lanes.join(",")
+    )
+}
+
+/// The whole model.
+pub fn model(m: &Model) -> String {
+    let apis: Vec<String> = m.apis.iter().map(|a| string(a)).collect();
+    let views: Vec<String> = m.views.iter().map(view).collect();
+    format!(
+        "{{\"buckets\":{},\"apis\":[{}],\"views\":[{}]}}",
+        super::model::BUCKETS,
+        apis.join(","),
+        views.join(",")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn strings_cannot_close_the_script_element() {
+        assert_eq!(
+            super::string("a\"b\\</script>\n"),
+            "\"a\\\"b\\\\\\u003c/script\\u003e\\n\""
+        );
+    }
+}

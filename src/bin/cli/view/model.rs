@@ -1,0 +1,423 @@
+//! What the page draws, computed from the traces: per lane (one trace file, one rank) the live
+//! bytes of each (memory type, device) series over time, downsampled to a fixed number of
+//! buckets (min, max and last value in each), the exact peaks, the events of each bucket
+//! counted per API, the largest event of each bucket, and the exit report's summary. The page's
+//! size depends on the number of buckets, not on the number of events.
+
+use std::collections::HashMap;
+use std::io::BufRead;
+
+use cuhook::events::{EventKind, MemType};
+use cuhook::report::replay::{parse_line, Replay, SeriesKey};
+
+/// Buckets across the time axis (about one per pixel of the chart).
+pub const BUCKETS: usize = 1200;
+
+/// One event, reduced to what the chart needs.
+struct Point {
+    x: u64,
+    kind: EventKind,
+    api: usize,
+    size: u64,
+    address: usize,
+    series: usize,
+    live: u64,
+}
+
+/// Live bytes of one series in each bucket.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Series {
+    pub mem_type: &'static str,
+    pub device: i32,
+    pub min: Vec<u64>,
+    pub max: Vec<u64>,
+    pub last: Vec<u64>,
+    /// The exact peak and the x where it was first reached.
+    pub peak: u64,
+    pub peak_x: u64,
+}
+
+/// Events of one API in one bucket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ApiBucket {
+    pub api: usize,
+    pub allocs: u64,
+    pub frees: u64,
+    pub alloc_bytes: u64,
+    pub free_bytes: u64,
+}
+
+/// The largest event of a bucket (what hovering shows in detail).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Largest {
+    pub alloc: bool,
+    pub api: usize,
+    pub size: u64,
+    pub address: usize,
+    pub series: usize,
+    pub x: u64,
+}
+
+/// One trace file.
+#[derive(Debug, Clone, Default)]
+pub struct Lane {
+    pub name: String,
+    pub events: u64,
+    /// Lines that were not events (truncated or foreign).
+    pub skipped: u64,
+    pub series: Vec<Series>,
+    pub buckets: Vec<Vec<ApiBucket>>,
+    pub largest: Vec<Option<Largest>>,
+    pub summary: String,
+}
+
+/// What the x axis counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Axis {
+    /// Wall-clock ns since the first event of all traces (lanes line up in time).
+    Time,
+    /// The event's position in its trace (short bursts spread out; lanes do not line up).
+    Order,
+}
+
+/// Every lane on one x axis.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub axis: Axis,
+    pub lanes: Vec<Lane>,
+    pub t0: u64,
+    pub span: u64,
+}
+
+/// The traces drawn both ways; the page switches between them.
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub apis: Vec<String>,
+    /// The time view exists only when every event carried a time.
+    pub views: Vec<View>,
+}
+
+struct Parsed {
+    name: String,
+    points: Vec<Point>,
+    series: Vec<SeriesKey>,
+    skipped: u64,
+    summary: String,
+    timed: bool,
+}
+
+fn parse(
+    name: &str,
+    mut input: impl BufRead,
+    apis: &mut Vec<String>,
+    api_index: &mut HashMap<String, usize>,
+) -> std::io::Result<Parsed> {
+    let mut replay = Replay::new();
+    let mut series: Vec<SeriesKey> = Vec::new();
+    let mut points = Vec::new();
+    let mut skipped = 0;
+    let mut timed = true;
+    let mut last_t = 0;
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        if input.read_until(b'\n', &mut buf)? == 0 {
+            break;
+        }
+        let line = String::from_utf8_lossy(&buf);
+        let line = line.trim_end();
+        let Some(ev) = parse_line(line) else {
+            skipped += u64::from(!line.trim().is_empty());
+            continue;
+        };
+        let (key, live) = replay.apply(&ev);
+        let s = match series.iter().position(|k| *k == key) {
+            Some(i) => i,
+            None => {
+                series.push(key);
+                series.len() - 1
+            }
+        };
+        let api = *api_index.entry(ev.api.to_owned()).or_insert_with(|| {
+            apis.push(ev.api.to_owned());
+            apis.len() - 1
+        });
+        // Threads stamp their lines just before writing them: keep x from going backwards.
+        let x = match ev.time_ns {
+            Some(t) => {
+                last_t = last_t.max(t);
+                last_t
+            }
+            None => {
+                timed = false;
+                points.len() as u64
+            }
+        };
+        points.push(Point {
+            x,
+            kind: ev.kind,
+            api,
+            size: ev.size,
+            address: ev.address,
+            series: s,
+            live,
+        });
+    }
+    let mut summary = String::new();
+    replay.summary().write(&mut summary);
+    Ok(Parsed {
+        name: name.to_owned(),
+        points,
+        series,
+        skipped,
+        summary,
+        timed,
+    })
+}
+
+fn bucket_of(x: u64, t0: u64, span: u64) -> usize {
+    let off = x.saturating_sub(t0) as u128;
+    ((off * BUCKETS as u128) / (span.max(1) as u128 + 1)) as usize
+}
+
+fn lane(p: &Parsed, axis: Axis, t0: u64, span: u64) -> Lane {
+    let mut series: Vec<Series> = p
+        .series
+        .iter()
+        .map(|&(t, d): &(MemType, i32)| Series {
+            mem_type: t.name(),
+            device: d,
+            min: vec![u64::MAX; BUCKETS],
+            max: vec![0; BUCKETS],
+            last: vec![u64::MAX; BUCKETS],
+            peak: 0,
+            peak_x: 0,
+        })
+        .collect();
+    let mut buckets: Vec<Vec<ApiBucket>> = vec![Vec::new(); BUCKETS];
+    let mut largest: Vec<Option<Largest>> = vec![None; BUCKETS];
+    for (i, pt) in p.points.iter().enumerate() {
+        let x = match axis {
+            Axis::Time => pt.x,
+            Axis::Order => i as u64,
+        };
+        let b = bucket_of(x, t0, span);
+        let s = &mut series[pt.series];
+        s.min[b] = s.min[b].min(pt.live);
+        s.max[b] = s.max[b].max(pt.live);
+        s.last[b] = pt.live;
+        if pt.live > s.peak {
+            s.peak = pt.live;
+            s.peak_x = x - t0;
+        }
+        let alloc = pt.kind == EventKind::Alloc;
+        let row = match buckets[b].iter().position(|r| r.api == pt.api) {
+            Some(i) => &mut buckets[b][i],
+            None => {
+                buckets[b].push(ApiBucket {
+                    api: pt.api,
+                    ..ApiBucket::default()
+                });
+                buckets[b].last_mut().expect("just pushed")
+            }
+        };
+        if alloc {
+            row.allocs += 1;
+            row.alloc_bytes += pt.size;
+        } else {
+            row.frees += 1;
+            row.free_bytes += pt.size;
+        }
+        if largest[b].is_none_or(|l| pt.size > l.size) {
+            largest[b] = Some(Largest {
+                alloc,
+                api: pt.api,
+                size: pt.size,
+                address: pt.address,
+                series: pt.series,
+                x: x - t0,
+            });
+        }
+    }
+    // A bucket without events of a series holds the value the series had before it.
+    for s in &mut series {
+        let mut carried = 0;
+        for b in 0..BUCKETS {
+            if s.last[b] == u64::MAX {
+                s.min[b] = carried;
+                s.max[b] = carried;
+                s.last[b] = carried;
+            } else {
+                s.min[b] = s.min[b].min(carried);
+                s.max[b] = s.max[b].max(carried);
+                carried = s.last[b];
+            }
+        }
+    }
+    Lane {
+        name: p.name.clone(),
+        events: p.points.len() as u64,
+        skipped: p.skipped,
+        series,
+        buckets,
+        largest,
+        summary: p.summary.clone(),
+    }
+}
+
+/// Build the model of `traces` (name, reader of its lines), one lane each. Each trace is read
+/// once, line by line.
+pub fn build<R: BufRead>(traces: Vec<(String, R)>) -> std::io::Result<Model> {
+    let mut apis = Vec::new();
+    let mut api_index = HashMap::new();
+    let mut parsed = Vec::with_capacity(traces.len());
+    for (name, input) in traces {
+        parsed.push(parse(&name, input, &mut apis, &mut api_index)?);
+    }
+    let mut views = Vec::new();
+    if parsed.iter().all(|p| p.timed) {
+        let xs = parsed.iter().flat_map(|p| p.points.iter().map(|pt| pt.x));
+        let (t0, t1) = xs.fold((u64::MAX, 0), |(lo, hi), x| (lo.min(x), hi.max(x)));
+        let (t0, span) = if t0 == u64::MAX {
+            (0, 0)
+        } else {
+            (t0, t1 - t0)
+        };
+        views.push(View {
+            axis: Axis::Time,
+            lanes: parsed
+                .iter()
+                .map(|p| lane(p, Axis::Time, t0, span))
+                .collect(),
+            t0,
+            span,
+        });
+    }
+    let span = parsed
+        .iter()
+        .map(|p| p.points.len() as u64)
+        .max()
+        .unwrap_or(1)
+        .max(1)
+        - 1;
+    views.push(View {
+        axis: Axis::Order,
+        lanes: parsed
+            .iter()
+            .map(|p| lane(p, Axis::Order, 0, span))
+            .collect(),
+        t0: 0,
+        span,
+    });
+    Ok(Model { apis, views })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(kind: &str, api: &str, addr: u64, size: u64, dev: i32, t: u64) -> String {
+        format!("{{\"event\":\"{kind}\",\"api\":\"{api}\",\"address\":\"{addr:#x}\",\"size\":{size},\"mem_type\":\"cuda\",\"device\":{dev},\"flags\":0,\"stream\":\"0x0\",\"pool\":\"0x0\",\"tid\":1,\"time_ns\":{t}}}\n")
+    }
+
+    #[test]
+    fn buckets_keep_min_max_and_the_exact_peak() {
+        let mut text = String::new();
+        // 10000 alloc/free pairs of 1 MiB on device 0, one 64 MiB spike in the middle.
+        let t0 = 1_000_000_000u64;
+        for i in 0..10_000u64 {
+            text += &line(
+                "alloc",
+                "cuMemAlloc_v2",
+                0x1000,
+                1 << 20,
+                0,
+                t0 + 2 * i * 1000,
+            );
+            if i == 5000 {
+                text += &line(
+                    "alloc",
+                    "cudaMalloc",
+                    0x9000_0000,
+                    64 << 20,
+                    0,
+                    t0 + 2 * i * 1000 + 1,
+                );
+                text += &line(
+                    "free",
+                    "cudaFree",
+                    0x9000_0000,
+                    64 << 20,
+                    0,
+                    t0 + 2 * i * 1000 + 2,
+                );
+            }
+            text += &line(
+                "free",
+                "cuMemFree_v2",
+                0x1000,
+                1 << 20,
+                0,
+                t0 + (2 * i + 1) * 1000,
+            );
+        }
+        text += "{\"event\":\"alloc\",\"api\n";
+        let model = build(vec![("t.0.jsonl".to_owned(), text.as_bytes())]).unwrap();
+        assert_eq!(model.views.len(), 2);
+        let m = &model.views[0];
+        assert_eq!((m.axis, m.t0), (Axis::Time, t0));
+        let lane = &m.lanes[0];
+        assert_eq!((lane.events, lane.skipped), (20_002, 1));
+        assert_eq!(lane.series.len(), 1);
+        let s = &lane.series[0];
+        assert_eq!(s.peak, (64 << 20) + (1 << 20));
+        assert_eq!(s.peak_x, 2 * 5000 * 1000 + 1);
+        let spike = bucket_of(t0 + s.peak_x, m.t0, m.span);
+        assert_eq!(s.max[spike], s.peak);
+        assert_eq!(s.max.iter().copied().max(), Some(s.peak));
+        assert_eq!(s.last[BUCKETS - 1], 0);
+        // Every event is counted once, per API, in some bucket.
+        let count = |api: &str| -> u64 {
+            let i = model.apis.iter().position(|a| a == api).unwrap();
+            lane.buckets
+                .iter()
+                .flatten()
+                .filter(|b| b.api == i)
+                .map(|b| b.allocs + b.frees)
+                .sum()
+        };
+        assert_eq!(
+            (
+                count("cuMemAlloc_v2"),
+                count("cudaMalloc"),
+                count("cudaFree")
+            ),
+            (10_000, 1, 1)
+        );
+        let big = lane.largest[spike].unwrap();
+        assert_eq!((big.size, big.address), (64 << 20, 0x9000_0000));
+        assert!(lane.summary.contains("Calls by API:"));
+        // By event order, the spike is event 10 002 of 20 002.
+        let o = &model.views[1];
+        assert_eq!((o.axis, o.span), (Axis::Order, 20_001));
+        assert_eq!(o.lanes[0].series[0].peak_x, 10_001);
+        assert_eq!(o.lanes[0].series[0].peak, s.peak);
+    }
+
+    #[test]
+    fn lanes_share_one_time_axis() {
+        let a = line("alloc", "cudaMalloc", 0x10, 100, 0, 5_000)
+            + &line("free", "cudaFree", 0x10, 100, 0, 6_000);
+        let b = line("alloc", "cudaMalloc", 0x10, 300, 1, 9_000);
+        let model = build(vec![
+            ("t.0.jsonl".to_owned(), a.as_bytes()),
+            ("t.1.jsonl".to_owned(), b.as_bytes()),
+        ])
+        .unwrap();
+        let m = &model.views[0];
+        assert_eq!((m.t0, m.span), (5_000, 4_000));
+        assert_eq!(m.lanes[1].series[0].peak_x, 4_000);
+        assert_eq!(m.lanes[1].series[0].last[BUCKETS - 1], 300);
+        assert_eq!(m.lanes[0].series[0].last[BUCKETS - 1], 0);
+    }
+}
