@@ -9,7 +9,8 @@
 //!   then 512-slot tables down to 4 KiB granules). A range is linked as the maximal aligned
 //!   blocks it covers, each in one slot of the level of that size, plus the granules it covers in
 //!   part. A lookup is at most five dependent loads and one record copy, whatever the number of
-//!   ranges; a pointer in no range usually stops at the first or second load. A granule several
+//!   ranges (four in the region of the level-1 table the writer last linked, which readers are
+//!   pointed to directly); a pointer in no range usually stops at the first or second load. A granule several
 //!   ranges share holds a small immutable chain listing them (rare for device memory: pools hand
 //!   out 512-byte-aligned blocks, and a granule is only shared when two ranges meet inside it).
 //! - **Records** (`record.rs`) hold a range and its metadata behind a per-record sequence count.
@@ -22,7 +23,8 @@
 //!   going from one range to pieces of it gets its child table built aside, then swapped in), so
 //!   bytes that stay allocated are found throughout.
 //! - A free is found by its exact start with the same descent as a lookup (the slot of the
-//!   start's granule names the range), so no separate hash is needed.
+//!   start's granule names the range), so no separate hash is needed. The writer also keeps the
+//!   leaf table it last used: consecutive edits in one 2 MiB block (a pool's) need no descent.
 //! - Records, tables and chains come from type-stable slabs (`slab.rs`): memory is reused,
 //!   never unmapped, so a reader racing a writer reads stale but valid memory.
 //! - Writers serialise on a spin lock that yields (cores are few, the holder may be preempted).
