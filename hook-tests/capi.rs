@@ -37,23 +37,25 @@ fn build_in(source: &str, dir: &std::path::Path) -> PathBuf {
     exe
 }
 
-fn build() -> PathBuf {
-    build_in("capi_test.c", &std::env::temp_dir())
-}
-
-#[test]
-fn c_program_linked_to_libcuhook_uses_the_whole_api() {
-    let exe = build();
-    // CUHOOK_DISABLE keeps the constructor from installing, so the program tests install itself.
+/// Builds and runs `fixtures/capi/<source>` with the constructor off (the program installs).
+fn run_fixture(source: &str) -> common::Run {
+    let exe = build_in(source, &std::env::temp_dir());
     let out = Command::new(&exe)
         .env("CUHOOK_DISABLE", "1")
         .output()
         .unwrap();
-    let run = common::Run {
+    let _ = std::fs::remove_file(exe);
+    common::Run {
         status: out.status,
         stdout: String::from_utf8_lossy(&out.stdout).into(),
         stderr: String::from_utf8_lossy(&out.stderr).into(),
-    };
+    }
+}
+
+#[test]
+fn c_program_linked_to_libcuhook_uses_the_whole_api() {
+    // CUHOOK_DISABLE keeps the constructor from installing, so the program tests install itself.
+    let run = run_fixture("capi_test.c");
     run.assert_passed(&[
         "strerror",
         "strerror_unknown",
@@ -97,7 +99,6 @@ fn c_program_linked_to_libcuhook_uses_the_whole_api() {
         "handler_again",
         "reinstalled_by_handler",
     ]);
-    let _ = std::fs::remove_file(exe);
 }
 
 /// In a secure-execution process (setgid here) the constructor installs nothing, even when asked
@@ -153,4 +154,35 @@ fn constructor_does_nothing_in_a_secure_process() {
         String::from_utf8_lossy(&out.stderr)
     );
     let _ = std::fs::remove_file(exe);
+}
+
+/// The registry reflects only calls that succeeded while the hooks saw them: a refused
+/// `cuMemUnmap` leaves no phantom range and no half-removed mapping, and memory freed while the
+/// hooks were uninstalled is not reported live after a reinstall (issue 12, items 11 and 12).
+#[test]
+fn registry_reflects_only_successful_calls_seen_by_the_hooks() {
+    let run = run_fixture("registry_truth.c");
+    run.assert_passed(&[
+        "install",
+        "unmap_never_mapped_fails",
+        "no_phantom_range",
+        "no_events_for_refused_unmap",
+        "map",
+        "mapped_found",
+        "partial_unmap_fails",
+        "mapping_intact",
+        "still_no_phantom",
+        "overlong_unmap_fails",
+        "mapping_intact_2",
+        "nothing_beyond",
+        "unmapped_gone",
+        "both_found",
+        "uninstall",
+        "nothing_reported_while_uninstalled",
+        "free_unseen",
+        "reinstall",
+        "freed_not_live_after_reinstall",
+        "kept_classified",
+        "alloc_after_reinstall",
+    ]);
 }

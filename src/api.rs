@@ -9,7 +9,7 @@
 //!
 //! // Patch every loaded object (and every object loaded later) and start the registry.
 //! let hooks = cuhook::install()?;
-//! // Lower priorities run first; the registry itself runs at -1000.
+//! // Lower priorities run first; the registry is updated before any subscriber runs.
 //! let subscription = cuhook::subscribe(mask::ALL, 0, on_event, 0)?;
 //!
 //! // ... CUDA work ...

@@ -1,7 +1,9 @@
 // Measurements for docs/performance.md on a real GPU:
-//   bench lookup   — registry lookup (cuhook_lookup) vs cuPointerGetAttributes, 1 and 16 threads
-//   bench pairs    — cudaMallocAsync + cudaFreeAsync pairs per second (run with and without
-//                    cuhook: NO_CUHOOK=1 skips loading it)
+//   bench lookup   — registry lookup (cuhook_lookup) of device pointers and of host pointers (a
+//                    miss) vs cuPointerGetAttributes, 1 and 16 threads
+//   bench pairs rt|drv THREADS — 4 KiB cudaMallocAsync+cudaFreeAsync (rt) or
+//                    cuMemAllocAsync+cuMemFreeAsync (drv) pairs, each thread on its own stream,
+//                    best of 20 blocks per thread (run plain with NO_CUHOOK=1, and hooked)
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <pthread.h>
@@ -25,6 +27,7 @@ enum { BUFFERS = 1000 };
 static void *bufs[BUFFERS];
 static size_t sizes[BUFFERS];
 static CUcontext ctx;
+static char host[1 << 20];
 
 struct job {
     int use_driver;
@@ -43,7 +46,11 @@ static void *lookup_thread(void *arg) {
         x = x * 1664525u + 1013904223u;
         int k = x % BUFFERS;
         char *p = (char *)bufs[k] + (x >> 8) % sizes[k];
-        if (j->use_driver) {
+        if (j->use_driver == 2) {
+            // Host memory: the answer a communication library gets most often.
+            cuhook_mem_info_t info;
+            found += cuhook.lookup(host + (x >> 8) % sizeof host, 1, &info) != 0;
+        } else if (j->use_driver) {
             CUpointer_attribute attrs[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_CONTEXT};
             unsigned mt = 0;
             int dev = -1;
@@ -66,13 +73,13 @@ static void lookups() {
         sizes[i] = 4096 + (size_t)(i % 37) * 65536;
         cudaMalloc(&bufs[i], sizes[i]);
     }
-    for (int use_driver = 0; use_driver < 2; use_driver++) {
+    for (int use_driver = 0; use_driver < 3; use_driver++) {
         for (int threads = 1; threads <= 16; threads *= 16) {
             pthread_t t[16];
             struct job jobs[16];
             for (int k = 0; k < threads; k++) {
                 jobs[k].use_driver = use_driver;
-                jobs[k].iters = use_driver ? 200000 : 2000000;
+                jobs[k].iters = use_driver == 1 ? 200000 : 2000000;
                 pthread_create(&t[k], NULL, lookup_thread, &jobs[k]);
             }
             double sum = 0;
@@ -83,33 +90,79 @@ static void lookups() {
                 found += jobs[k].found;
             }
             long total = jobs[0].iters * threads;
-            printf("lookup %-24s threads=%2d ns_per_lookup=%.1f found=%ld/%ld\n", use_driver ? "cuPointerGetAttributes" : "cuhook_lookup", threads,
+            printf("lookup %-24s threads=%2d ns_per_lookup=%.1f found=%ld/%ld\n", use_driver == 1 ? "cuPointerGetAttributes" : use_driver ? "cuhook_lookup(host)" : "cuhook_lookup", threads,
                    sum / threads, found, total);
         }
     }
 }
 
-static void pairs() {
+struct pair_job {
+    int driver;     // cuMemAllocAsync+cuMemFreeAsync instead of the runtime pair
+    long blocks, per_block;
+    double best_ns; // best block, ns per pair
+};
+
+static void *pair_thread(void *arg) {
+    struct pair_job *j = (struct pair_job *)arg;
+    cuCtxSetCurrent(ctx);
     cudaStream_t s;
-    cudaStreamCreate(&s);
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     void *p;
+    CUdeviceptr d;
     for (int i = 0; i < 10000; i++) {  // warm the pool
         cudaMallocAsync(&p, 4096, s);
         cudaFreeAsync(p, s);
     }
     cudaStreamSynchronize(s);
-    const long n = 300000;
-    double t0 = now();
-    for (long i = 0; i < n; i++) {
-        cudaMallocAsync(&p, 4096, s);
-        cudaFreeAsync(p, s);
+    j->best_ns = 1e30;
+    for (long b = 0; b < j->blocks; b++) {
+        double t0 = now();
+        if (j->driver) {
+            for (long i = 0; i < j->per_block; i++) {
+                cuMemAllocAsync(&d, 4096, (CUstream)s);
+                cuMemFreeAsync(d, (CUstream)s);
+            }
+        } else {
+            for (long i = 0; i < j->per_block; i++) {
+                cudaMallocAsync(&p, 4096, s);
+                cudaFreeAsync(p, s);
+            }
+        }
+        double ns = (now() - t0) * 1e9 / j->per_block;
+        if (ns < j->best_ns) j->best_ns = ns;
     }
     cudaStreamSynchronize(s);
-    printf("pairs cudaMallocAsync+cudaFreeAsync ns_per_pair=%.1f hooked=%d\n", (now() - t0) * 1e9 / n, getenv("NO_CUHOOK") ? 0 : 1);
+    cudaStreamDestroy(s);
+    return NULL;
+}
+
+// bench pairs rt|drv THREADS: each thread allocates on its own stream; prints the mean over
+// threads of each thread's best block (ns per pair).
+static void pairs(int driver, int threads) {
+    cuCtxGetCurrent(&ctx);
+    pthread_t t[64];
+    struct pair_job jobs[64];
+    for (int k = 0; k < threads; k++) {
+        jobs[k].driver = driver;
+        jobs[k].blocks = 20;
+        jobs[k].per_block = threads > 1 ? 5000 : 20000;  // 16 threads share the driver's locks
+        pthread_create(&t[k], NULL, pair_thread, &jobs[k]);
+    }
+    double sum = 0;
+    for (int k = 0; k < threads; k++) {
+        pthread_join(t[k], NULL);
+        sum += jobs[k].best_ns;
+    }
+    const char *mode = getenv("NO_CUHOOK") ? "plain" : "hooked";
+    printf("pairs api=%s threads=%d mode=%s ns_per_pair=%.1f\n",
+           driver ? "cuMemAllocAsync+cuMemFreeAsync" : "cudaMallocAsync+cudaFreeAsync", threads, mode,
+           sum / threads);
 }
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    // NO_CUHOOK=1: plain. Otherwise cuhook is either preloaded (LD_PRELOAD, its constructor
+    // installed it with the default configuration) or loaded and installed here.
     if (!getenv("NO_CUHOOK")) {
         cuhook_load();
         if (cuhook.cuda_install() != 0) {
@@ -119,6 +172,6 @@ int main(int argc, char **argv) {
     }
     cudaFree(0);
     if (argc > 1 && !strcmp(argv[1], "lookup")) lookups();
-    if (argc > 1 && !strcmp(argv[1], "pairs")) pairs();
+    if (argc > 3 && !strcmp(argv[1], "pairs")) pairs(!strcmp(argv[2], "drv"), atoi(argv[3]));
     return 0;
 }

@@ -8,7 +8,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{c_int, c_void, CStr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::abi::{CUcontext, CUdevice, CUresult, CUDA_SUCCESS};
 
@@ -129,33 +129,44 @@ pub fn current_context() -> CUcontext {
     }
 }
 
-thread_local! {
-    /// The last (context, device, generation) this thread asked the driver about: a context's
-    /// device never changes, so an allocation in the same context needs no driver call.
-    static DEVICE_OF_CONTEXT: std::cell::Cell<(usize, c_int, u64)> = const { std::cell::Cell::new((0, -1, 0)) };
-}
-
 /// Bumped when a context is destroyed or reset: its handle may be reused for another device.
-static CONTEXT_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+static CONTEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
-/// Forget every thread's cached context → device pairs.
+/// Context → device answers, shared by all threads (a context's device never changes, so a hit
+/// needs no driver call; a global table costs the hook no thread-local access). Direct-mapped:
+/// entry = `context << 16 | generation as u8 << 8 | device as u8`; written only on a miss.
+static DEVICE_OF_CONTEXT: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
+
+/// Forget every cached context → device pair. The table is cleared too, so only an answer
+/// stored by a thread that raced with this very teardown carries the (8-bit) old generation.
 pub fn contexts_changed() {
     CONTEXT_GENERATION.fetch_add(1, Ordering::AcqRel);
+    for e in &DEVICE_OF_CONTEXT {
+        e.store(0, Ordering::Relaxed);
+    }
 }
 
-/// The device of context `ctx` (the current one), cached per thread.
+/// The device of context `ctx` (the current one), cached.
+#[inline]
 pub fn device_of(ctx: CUcontext) -> c_int {
-    let key = ctx as usize;
-    let generation = CONTEXT_GENERATION.load(Ordering::Acquire);
-    if key != 0 {
-        let (cached_ctx, dev, cached_gen) = DEVICE_OF_CONTEXT.with(|c| c.get());
-        if cached_ctx == key && cached_gen == generation {
-            return dev;
-        }
+    let key = ctx as u64;
+    let generation = CONTEXT_GENERATION.load(Ordering::Acquire) & 0xff;
+    let slot = &DEVICE_OF_CONTEXT[((key >> 4 ^ key >> 12) & 63) as usize];
+    let e = slot.load(Ordering::Relaxed);
+    // A zero key never matches: entries are stored only for non-null contexts.
+    if key != 0 && e >> 16 == key && (e >> 8) & 0xff == generation {
+        return (e & 0xff) as c_int;
     }
+    device_miss(key, generation, slot)
+}
+
+/// Asks the driver, and caches the answer. Contexts are user-space pointers (below 2^48) and
+/// devices small; anything else is not cached.
+#[cold]
+fn device_miss(key: u64, generation: u64, slot: &AtomicU64) -> c_int {
     let dev = current_device();
-    if key != 0 && dev >= 0 {
-        DEVICE_OF_CONTEXT.with(|c| c.set((key, dev, generation)));
+    if key != 0 && key >> 48 == 0 && (0..=0xff).contains(&dev) {
+        slot.store(key << 16 | generation << 8 | dev as u64, Ordering::Relaxed);
     }
     dev
 }

@@ -1,9 +1,14 @@
-//! Turning a hooked call into events: what an alloc, a free, an unmap and a teardown dispatch.
+//! Turning a hooked call into registry updates and events: what an alloc, a free, an unmap and a
+//! teardown do.
 //!
-//! Alloc events are built after the real call succeeded; free events before the real free runs,
-//! with the size from the registry's record. A free of a pointer the registry never saw (made
-//! before install) cannot be announced in advance without knowing it is valid: it is dispatched
-//! after the real free succeeded, with size 0.
+//! The registry (when attached) is updated in the hook itself, before the event is dispatched:
+//! an allocation is inserted after the real call succeeded, a free removes its record first and
+//! the free event is built from that record (one registry operation per free), before the real
+//! free runs. Only successful calls change the registry: a free the driver refuses puts the
+//! record back, an unmap puts back exactly the pieces it took. A free of a pointer the registry
+//! never saw (made before install) cannot be announced in advance without knowing it is valid:
+//! it is dispatched after the real free succeeded, with size 0; likewise an unmap of a span the
+//! registry holds nothing of.
 
 use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -17,11 +22,14 @@ use super::driver;
 #[derive(Debug)]
 pub enum Pending {
     Nothing,
-    /// A free was announced; if the real free fails, the allocation is announced again.
+    /// A free was announced and its record removed; if the real free fails, it is put back and
+    /// announced again.
     Announced(Allocation),
-    /// An unmap of a span was announced; if it fails, the span is announced again.
+    /// An unmap was announced; the span leaves the registry if it succeeds, and is announced
+    /// again if it fails.
     AnnouncedSpan(MemEvent),
-    /// A free of an unknown pointer, to announce once the real free succeeded.
+    /// A free of an unknown pointer (size 0) or an unmap of a span starting in no known mapping,
+    /// to announce once the real call succeeded.
     Unknown(MemEvent),
 }
 
@@ -43,6 +51,11 @@ pub fn alloc(
     if address == 0 || size == 0 {
         return;
     }
+    let attached = registry::attached();
+    let subscribed = events::has_subscribers();
+    if !attached && !subscribed {
+        return;
+    }
     let mut ev = MemEvent::new(EventKind::Alloc, address, size, api);
     ev.mem_type = mem_type;
     ev.flags = extra_flags;
@@ -51,27 +64,37 @@ pub fn alloc(
     let ctx = driver::current_context();
     ev.context = ctx as usize;
     ev.device = driver::device_of(ctx);
-    events::dispatch(&ev);
+    if attached {
+        registry::global().insert(Allocation::from_event(&ev));
+    }
+    if subscribed {
+        events::dispatch(&ev);
+    }
 }
 
-/// Announce a free before it happens (known pointer), or prepare to announce it after.
+/// Announce a free before it happens (known pointer: its record is removed now), or prepare to
+/// announce it after.
 pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream: usize) -> Pending {
     if address == 0 {
         return Pending::Nothing;
     }
-    match registry::global()
-        .lookup(address)
-        .filter(|a| a.start == address)
-    {
+    let removed = if registry::attached() {
+        registry::global().remove_allocation(address)
+    } else {
+        None
+    };
+    match removed {
         Some(record) => {
-            events::dispatch(&free_event(
-                api,
-                &record,
-                record.start,
-                record.size,
-                extra_flags,
-                stream,
-            ));
+            if events::has_subscribers() {
+                events::dispatch(&free_event(
+                    api,
+                    &record,
+                    record.start,
+                    record.size,
+                    extra_flags,
+                    stream,
+                ));
+            }
             Pending::Announced(record)
         }
         None => {
@@ -84,23 +107,27 @@ pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream:
 }
 
 /// Announce the removal of `[address, address+size)` (a VMM unmap, possibly of part of a
-/// mapping), with the metadata of the mapping it lies in.
+/// mapping), with the metadata of the mapping it starts in. The span leaves the registry only
+/// once the driver has unmapped it: the driver refuses unmaps that do not cover whole mappings,
+/// and a refused call must change nothing. A span that starts in no registered mapping is
+/// announced only after the unmap succeeded.
 pub fn unmap_before(api: &'static CStr, address: usize, size: usize) -> Pending {
     if address == 0 || size == 0 {
         return Pending::Nothing;
     }
-    let record = registry::global().lookup(address);
-    let ev = match record {
-        Some(r) => free_event(api, &r, address, size, flags::VMM, 0),
+    match registry::global().lookup(address) {
+        Some(r) => {
+            let ev = free_event(api, &r, address, size, flags::VMM, 0);
+            events::dispatch(&ev);
+            Pending::AnnouncedSpan(ev)
+        }
         None => {
             let mut ev = MemEvent::new(EventKind::Free, address, size, api);
             ev.mem_type = MemType::Cuda;
             ev.flags = flags::VMM;
-            ev
+            Pending::Unknown(ev)
         }
-    };
-    events::dispatch(&ev);
-    Pending::AnnouncedSpan(ev)
+    }
 }
 
 fn free_event(
@@ -123,42 +150,37 @@ fn free_event(
     ev
 }
 
-/// Teardown: announce a free for every range matching `pred` (VMM mappings survive context
-/// teardown and are never purged).
+/// Teardown: remove every range matching `pred` and announce a free for each (VMM mappings
+/// survive context teardown and are never purged).
 pub fn purge_before(api: &'static CStr, pred: impl Fn(&Allocation) -> bool) -> Pending {
     driver::contexts_changed();
     if registry::global().is_empty() {
         return Pending::Nothing;
     }
-    let mut doomed = Vec::new();
-    registry::global().for_each(|a| {
-        if a.flags & flags::VMM == 0 && pred(&a) {
-            doomed.push(a);
-        }
-    });
-    for a in doomed {
-        events::dispatch(&free_event(api, &a, a.start, a.size, flags::PURGED, 0));
-    }
+    registry::global().purge(
+        |a| a.flags & flags::VMM == 0 && pred(a),
+        |a| events::dispatch(&free_event(api, &a, a.start, a.size, flags::PURGED, 0)),
+    );
     Pending::Nothing
 }
 
-/// Finish after the real call.
+/// Finish after the real call (inlined: on the hot path it is a match that does nothing).
+#[inline]
 pub fn settle(pending: Pending, ok: bool) {
     match pending {
         Pending::Nothing => {}
         Pending::Announced(record) => {
             if !ok {
-                // The driver refused the free: the memory is still allocated. Subscribers heard
-                // the free, so they hear the allocation again (flagged EXISTING); the registry
-                // takes it back from that event.
-                registry::note_failed_free();
-                let mut ev = record.to_event();
-                ev.flags |= flags::EXISTING;
-                events::dispatch(&ev);
+                // The driver refused the free: the memory is still allocated. The record goes
+                // back, and subscribers, who heard the free, hear the allocation again (flagged
+                // EXISTING).
+                refused(&record);
             }
         }
         Pending::AnnouncedSpan(free) => {
-            if !ok {
+            if ok {
+                unmapped(&free);
+            } else {
                 registry::note_failed_free();
                 let mut ev = free;
                 ev.kind = EventKind::Alloc;
@@ -168,9 +190,29 @@ pub fn settle(pending: Pending, ok: bool) {
         }
         Pending::Unknown(ev) => {
             if ok {
+                unmapped(&ev);
                 registry::note_unknown_free();
                 events::dispatch(&ev);
             }
         }
     }
+}
+
+/// After a successful unmap (a span event, size > 0), the span leaves the registry.
+fn unmapped(ev: &MemEvent) {
+    if ev.flags & flags::VMM != 0 && ev.size != 0 && registry::attached() {
+        registry::global().remove(ev.address, ev.size);
+    }
+}
+
+/// Puts back a range whose free the driver refused, and announces it again.
+#[cold]
+fn refused(record: &Allocation) {
+    registry::note_failed_free();
+    if registry::attached() {
+        registry::global().insert(*record);
+    }
+    let mut ev = record.to_event();
+    ev.flags |= flags::EXISTING;
+    events::dispatch(&ev);
 }

@@ -60,10 +60,16 @@ pub fn install_global() -> Result<()> {
 }
 
 /// Undo [`install_global`]; `Err(NotInstalled)` when nothing is installed.
+///
+/// The registry is emptied and stops being updated: with the hooks gone, frees are no longer
+/// seen, so anything it kept could turn into memory reported live after it was freed (also
+/// after a reinstall). Allocations that outlive the uninstall are answered by classification.
 pub fn uninstall_global() -> Result<hooks::UninstallReport> {
     let id = GLOBAL_INSTALL.swap(0, std::sync::atomic::Ordering::AcqRel);
     if id == 0 {
         return Err(crate::Error::NotInstalled);
     }
-    hooks::uninstall_id(id)
+    let report = hooks::uninstall_id(id);
+    crate::registry::detach();
+    report
 }

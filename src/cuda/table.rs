@@ -134,17 +134,27 @@ macro_rules! cuda_hooks {
                             None => return unsafe { real($($arg),*) },
                         }
                     };
-                    let mut pending = Pending::Nothing;
-                    $( pending = emit::guarded(|| $before, Pending::Nothing); )?
-                    // SAFETY: the caller's own arguments, to the real function.
-                    let rc = unsafe { real($($arg),*) };
-                    let ok = <$ret as Status>::ok(rc);
-                    // SAFETY: `after` expressions only read the output pointers the real call
-                    // has just filled (it succeeded), as the C API promises.
-                    $( if ok { emit::guarded(|| { #[allow(unused_unsafe)] unsafe { $after; } }, ()); } )?
-                    emit::guarded(|| emit::settle(pending, ok), ());
+                    // One unwind guard around all of the hook's own work. The real call runs
+                    // inside it; should the work before it panic, it runs after the guard.
+                    let mut rc: Option<$ret> = None;
+                    emit::guarded(|| {
+                        let mut pending = Pending::Nothing;
+                        $( pending = $before; )?
+                        // SAFETY: the caller's own arguments, to the real function.
+                        let r = unsafe { real($($arg),*) };
+                        rc = Some(r);
+                        let ok = <$ret as Status>::ok(r);
+                        // SAFETY: `after` expressions only read the output pointers the real
+                        // call has just filled (it succeeded), as the C API promises.
+                        $( if ok { #[allow(unused_unsafe)] unsafe { $after; } } )?
+                        emit::settle(pending, ok);
+                    }, ());
                     drop(guard);
-                    rc
+                    match rc {
+                        Some(rc) => rc,
+                        // SAFETY: the caller's own arguments, to the real function.
+                        None => unsafe { real($($arg),*) },
+                    }
                 }
 
                 pub fn address() -> usize {

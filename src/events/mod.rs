@@ -83,6 +83,13 @@ pub fn dispatch(ev: &MemEvent) {
     SUBSCRIBERS.dispatch(ev)
 }
 
+/// Whether anyone is subscribed to the process-wide list (one load): hooks skip building events
+/// nobody receives.
+#[inline]
+pub fn has_subscribers() -> bool {
+    SUBSCRIBERS.has_subscribers()
+}
+
 /// [`SubscriberList::stats`] of the process-wide list.
 pub fn stats() -> DispatchStats {
     SUBSCRIBERS.stats()

@@ -2,8 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::{Allocation, Registry};
-use crate::events::{self, mask, Callback, EventKind, MemEvent};
+use super::Registry;
 use crate::Result;
 
 static GLOBAL: Registry = Registry::new();
@@ -16,42 +15,39 @@ pub fn global() -> &'static Registry {
     &GLOBAL
 }
 
-/// The registry runs before every other subscriber: on an alloc they can already look the range
-/// up; on a free the event itself carries the record's size and metadata.
-pub const PRIORITY: i32 = -1000;
-
-fn on_event(ev: &MemEvent, _context: usize) {
-    match ev.kind {
-        EventKind::Alloc => {
-            GLOBAL.insert(Allocation::from_event(ev));
-        }
-        EventKind::Free => {
-            if ev.size == 0 {
-                return;
-            }
-            // A free names a whole allocation by its start: one exact descent. A VMM unmap may
-            // cover part of a mapping (split) or several mappings: a span removal.
-            let whole = ev.flags & crate::events::flags::VMM == 0
-                && GLOBAL
-                    .remove_allocation(ev.address)
-                    .is_some_and(|a| a.size == ev.size);
-            if !whole {
-                GLOBAL.remove(ev.address, ev.size);
-            }
-        }
-    }
+/// Whether the hooks keep [`global`] current. Set by [`attach`] (the CUDA install does it).
+#[inline]
+pub fn attached() -> bool {
+    ATTACHED.load(Ordering::Relaxed)
 }
 
-/// Subscribe the registry (once).
+/// Make the hooks keep [`global`] current: every successful allocation is inserted and every
+/// free removed *before* the event is dispatched, so subscribers can already look an allocated
+/// range up, and a free event carries the record's size and metadata (the record removed is the
+/// one the event is built from: one registry operation per free). Idempotent.
+///
+/// The registry is not a subscriber: being updated in the hook itself costs no dispatch, and a
+/// process with no other subscriber pays nothing for events at all.
 pub fn attach() -> Result<()> {
-    if ATTACHED.swap(true, Ordering::AcqRel) {
-        return Ok(());
-    }
-    if let Err(e) = events::subscribe(mask::ALL, PRIORITY, Callback::Rust(on_event), 0) {
-        ATTACHED.store(false, Ordering::Release);
-        return Err(e);
+    if !ATTACHED.swap(true, Ordering::AcqRel) {
+        super::fork::protect();
     }
     Ok(())
+}
+
+/// Stop keeping [`global`] current and drop what it holds (see [`forget_all`]).
+pub fn detach() {
+    ATTACHED.store(false, Ordering::Release);
+    forget_all();
+}
+
+/// Drop every registered range without events. Called when the hooks are uninstalled: from then
+/// on frees are no longer seen, so the registry could only go stale (report memory that was
+/// freed meanwhile as live). Ranges allocated before a reinstall are then answered by
+/// classification (a driver query), like memory allocated before the first install, and their
+/// later free is an unknown free (size 0).
+pub fn forget_all() -> usize {
+    GLOBAL.clear()
 }
 
 /// Feed every range the registry holds to `emit` as an alloc event: the replay a new subscriber

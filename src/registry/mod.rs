@@ -5,29 +5,37 @@
 //!
 //! # Design
 //!
-//! - The map is a B+tree keyed by range start (`tree.rs`); the range containing `p` is the one with
-//!   the largest start `<= p`, if it reaches `p`. Ranges never overlap, so that is the only
-//!   candidate. Metadata lives in 64-byte immutable records (`node.rs`) that leaves point to.
-//! - There are **two copies** of the tree behind a sequence latch (`latch.rs`). Readers use the
-//!   copy the latch names; a writer edits the other copy, flips the latch, and replays the edit on
-//!   the first. A reader never waits for a writer (a writer preempted mid-edit stalls nobody, which
-//!   a plain seqlock cannot promise) and retries only if a flip happened during its walk.
-//! - Nodes and records come from type-stable slabs (`slab.rs`): memory is reused, never unmapped,
-//!   so a reader racing a writer reads stale but valid memory. Every shared field is an atomic
-//!   (Relaxed loads for data, Acquire for pointers); the walk is bounded by `MAX_HEIGHT` and clamps
-//!   every index, so garbage from a node being rewritten ends the walk and is discarded by the
-//!   latch check.
+//! - A **page table over the address** (`table.rs`): five levels of slots (a 65,536-slot top,
+//!   then 512-slot tables down to 4 KiB granules). A range is linked as the maximal aligned
+//!   blocks it covers, each in one slot of the level of that size, plus the granules it covers in
+//!   part. A lookup is at most five dependent loads and one record copy, whatever the number of
+//!   ranges (four in the region of the level-1 table the writer last linked, which readers are
+//!   pointed to directly); a pointer in no range usually stops at the first or second load. A granule several
+//!   ranges share holds a small immutable chain listing them (rare for device memory: pools hand
+//!   out 512-byte-aligned blocks, and a granule is only shared when two ranges meet inside it).
+//! - **Records** (`record.rs`) hold a range and its metadata behind a per-record sequence count.
+//!   Readers copy a record and validate the count; they never wait for a writer: the writer
+//!   only rewrites records, chains and tables that no slot links any more, so a reader that sees
+//!   a rewrite restarts and finds the current state (`table.rs` argues each case).
+//! - **One copy, edited in place** (`edit.rs`): each change readers can see is a single slot
+//!   store made after what it points to is complete, so an insert or removal costs one descent
+//!   and a few stores. A trim or split rewrites the slots of the old range in place (a block
+//!   going from one range to pieces of it gets its child table built aside, then swapped in), so
+//!   bytes that stay allocated are found throughout.
+//! - A free is found by its exact start with the same descent as a lookup (the slot of the
+//!   start's granule names the range), so no separate hash is needed. The writer also keeps the
+//!   leaf table it last used: consecutive edits in one 2 MiB block (a pool's) need no descent.
+//! - Records, tables and chains come from type-stable slabs (`slab.rs`): memory is reused,
+//!   never unmapped, so a reader racing a writer reads stale but valid memory.
 //! - Writers serialise on a spin lock that yields (cores are few, the holder may be preempted).
-//!   Each edit is `O(log n)` per copy; records freed by an edit are reused only by a later edit,
-//!   after readers of the older copy have been sent away.
-//! - Closures handed to [`Registry::purge`], [`Registry::remove_with`] and
+//!   Closures handed to [`Registry::purge`], [`Registry::remove_with`] and
 //!   [`Registry::for_each`] run after the lock is released, so they may call back into the
 //!   registry. (Only a signal handler that interrupts a write on the same thread and then writes
-//!   itself can deadlock.)
+//!   itself can deadlock.) The process-wide registry's lock is taken around `fork()`
+//!   (`global.rs`), so a child never inherits it held.
 //!
-//! An RCU tree with epoch reclamation would also work, but it needs readers to announce
-//! themselves (a shared write per lookup, or per-thread state with destructors); the latch needs
-//! neither and costs a second copy of the (small) tree nodes.
+//! The B+tree with two latched copies this replaced, and a `RwLock<BTreeMap>`, live on as
+//! baselines in `benches/registry.rs`; `docs/performance.md` has the comparison.
 //!
 //! # Address-space edges
 //!
@@ -39,32 +47,31 @@
 //! # Safety
 //!
 //! Unsafe code is confined to three invariants, each stated where it lives: slab memory outlives
-//! the registry borrow (`slab.rs`); pointer fields only ever hold slab elements of their own type
-//! (`node.rs`); a record copy is only turned into an [`Allocation`] once it is known consistent —
-//! by the latch check on the read path (this file), or because the writer lock is held
-//! (`write.rs`).
+//! the registry borrow (`slab.rs`); slot values only ever point at slab elements of the type
+//! their tag names (`table.rs`); a record copy is only turned into an [`Allocation`] once it is
+//! known consistent (`record.rs`).
 #![allow(unsafe_code)]
 
+mod edit;
+mod fork;
 mod global;
-mod latch;
-mod node;
+mod record;
 mod slab;
-mod tree;
+mod table;
 mod write;
 
 #[cfg(test)]
 mod tests;
 
 use core::ffi::CStr;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crate::events::{MemEvent, MemType};
 pub use global::{
-    attach, global, note_failed_free, note_unknown_free, replay_existing, stats, RegistryStats,
-    PRIORITY,
+    attach, attached, detach, forget_all, global, note_failed_free, note_unknown_free,
+    replay_existing, stats, RegistryStats,
 };
-use latch::Latch;
-use node::Root;
+use table::{Table, Top};
 use write::{Writer, Yield};
 
 /// One registered address range and what is known about it.
@@ -186,8 +193,10 @@ pub struct Registry {
 
 #[repr(align(128))]
 struct ReadSide {
-    latch: Latch,
-    roots: [Root; 2],
+    /// The page table's top level; null until the first insert.
+    top: AtomicPtr<Top>,
+    /// A level-1 table (512 GiB region): lookups in its region skip the top level.
+    hint: AtomicPtr<Table>,
 }
 
 #[repr(align(128))]
@@ -208,8 +217,8 @@ impl Registry {
     pub const fn new() -> Self {
         Registry {
             read: ReadSide {
-                latch: Latch::new(),
-                roots: [Root::new(), Root::new()],
+                top: AtomicPtr::new(core::ptr::null_mut()),
+                hint: AtomicPtr::new(core::ptr::null_mut()),
             },
             stats: Stats {
                 len: AtomicUsize::new(0),
@@ -233,17 +242,14 @@ impl Registry {
     #[inline]
     pub fn lookup_span(&self, ptr: usize, len: usize) -> Option<Allocation> {
         let last = ptr.checked_add(len.saturating_sub(1))?;
-        let read = &self.read;
-        let (start, raw) = read
-            .latch
-            .read(|copy| tree::floor(&read.roots[copy], ptr).map(|(k, r)| (k, r.load())))?;
-        // Validated: `(start, raw)` is one entry of a complete copy, so `raw.size >= 1` and
-        // `start <= ptr <= last`. (Wrapping ops anyway: nothing on this path may panic.)
-        if last.wrapping_sub(start) > raw.size.wrapping_sub(1) {
+        let raw = table::find(&self.read.top, &self.read.hint, ptr)?;
+        // `raw` contains `ptr`, so `raw.start <= ptr <= last`. (Wrapping ops anyway: nothing on
+        // this path may panic.)
+        if last.wrapping_sub(raw.start) > raw.size.wrapping_sub(1) {
             return None;
         }
-        // SAFETY: the latch read returned, so the copy was consistent (module doc, Safety).
-        Some(unsafe { raw.into_allocation(start) })
+        // SAFETY: `find` returns only copies validated by the record's sequence count.
+        Some(unsafe { raw.into_allocation() })
     }
 
     /// True when no range is registered: one load, for hooks that want to skip the lookup.

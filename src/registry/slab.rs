@@ -43,25 +43,21 @@ impl<T> Ptr<T> {
         NonNull::new(p).map(Ptr)
     }
 
+    /// A placeholder that is never dereferenced (fills unused entries of fixed arrays).
+    pub(super) fn dangling() -> Self {
+        Ptr(NonNull::dangling())
+    }
+
     pub(super) fn as_mut_ptr(self) -> *mut T {
         self.0.as_ptr()
     }
-
-    /// Borrows the element.
-    ///
-    /// # Safety
-    ///
-    /// The slab that allocated it must outlive `'a` (true for any borrow of the owning registry).
-    pub(super) unsafe fn get<'a>(self) -> &'a T {
-        // SAFETY: the pointer is a live slab element (caller's contract); elements are only ever
-        // shared (all fields atomic), never borrowed mutably.
-        unsafe { self.0.as_ref() }
-    }
 }
 
-/// First chunk size; chunks double up to `MAX_CHUNK` elements.
+/// First chunk size; chunks double up to `MAX_CHUNK` elements and `MAX_CHUNK_BYTES` bytes (page
+/// tables are 4 KiB each).
 const FIRST_CHUNK: usize = 64;
 const MAX_CHUNK: usize = 1 << 13;
+const MAX_CHUNK_BYTES: usize = 1 << 20;
 
 pub(super) struct Slab<T> {
     chunks: Vec<NonNull<[T]>>,
@@ -95,7 +91,8 @@ impl<T: Fresh> Slab<T> {
         }
         let cap = self.chunks.last().map_or(0, |c| c.len());
         if self.used == cap {
-            let n = (cap * 2).clamp(FIRST_CHUNK, MAX_CHUNK);
+            let max = (MAX_CHUNK_BYTES / core::mem::size_of::<T>().max(1)).clamp(1, MAX_CHUNK);
+            let n = (cap * 2).clamp(FIRST_CHUNK.min(max), max);
             let chunk: Box<[T]> = (0..n).map(|_| T::fresh()).collect();
             self.chunks.push(NonNull::from(Box::leak(chunk)));
             self.used = 0;
@@ -105,14 +102,6 @@ impl<T: Fresh> Slab<T> {
         let p = unsafe { chunk.cast::<T>().add(self.used) };
         self.used += 1;
         Ptr(p)
-    }
-
-    /// Allocates an element and borrows it for as long as the slab itself is borrowed.
-    pub(super) fn alloc_ref<'a>(slab: &mut &'a mut Slab<T>) -> (Ptr<T>, &'a T) {
-        let p = slab.alloc();
-        // SAFETY: `p` is an element of `slab`, whose chunks are freed only when it drops; the
-        // `&'a mut` borrow keeps it alive (and in place) for all of `'a`.
-        (p, unsafe { p.get::<'a>() })
     }
 
     /// Returns an element for reuse. Readers may still be reading it; they will fail validation.

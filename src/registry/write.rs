@@ -1,11 +1,15 @@
-//! Everything done under the writer lock: building an edit, applying it to both copies around
-//! the latch flip, recycling records, and the consistent snapshots that reports need.
+//! Everything done under the writer lock: inserts, removals, purges and the consistent snapshots
+//! that reports need. One copy of the page table is edited in place (`edit.rs` says why readers
+//! can stay lock-free); records and tables are recycled through type-stable slabs.
+#![allow(unsafe_code)]
 
+use core::ptr::NonNull;
 use core::sync::atomic::Ordering;
 
-use super::node::{Node, Record};
+use super::edit::{Level, Piece};
+use super::record::Record;
 use super::slab::{Ptr, Slab};
-use super::tree::{self, Tree};
+use super::table::{slot_of, target, Bucket, Table, Top, REC};
 use super::{Allocation, InsertOutcome, Registry, Removed};
 
 /// Lock waiters yield: with few cores, spinning against a preempted holder wastes its slice.
@@ -19,55 +23,193 @@ impl spin::RelaxStrategy for Yield {
 
 /// Writer state, under the lock.
 pub(super) struct Writer {
-    nodes: Slab<Node>,
-    recs: Slab<Record>,
+    /// The top table (also published in `Registry::read`), owned here.
+    top: Option<NonNull<Top>>,
+    pub(super) tables: Slab<Table>,
+    pub(super) buckets: Slab<Bucket>,
+    pub(super) recs: Slab<Record>,
     next_seq: u64,
     count: usize,
     live: u128,
     missed: u64,
-    /// The edit being built: applied to one copy, published, applied to the other.
-    edits: Vec<Edit>,
-    /// Ranges the edit retires (their records are freed after it).
-    hits: Vec<Hit>,
+    /// Ranges an edit touches (scratch).
+    hits: Vec<Ptr<Record>>,
+    /// A shared granule's ranges being rebuilt (scratch).
+    pub(super) granule: Vec<Ptr<Record>>,
+    /// The leaf table last descended to, and its block's first address: consecutive edits in one
+    /// 2 MiB block (a pool's) skip the descent. Forgotten when that table is freed.
+    pub(super) leaf: Option<(usize, Ptr<Table>)>,
+    /// The level-1 table readers may start from (`ReadSide::hint`), set when one is linked.
+    pub(super) hint: Option<Ptr<Table>>,
 }
 
-#[derive(Clone, Copy)]
-enum Edit {
-    Put(usize, Ptr<Record>),
-    Del(usize),
-}
+// SAFETY: the writer owns its top table and slabs like a `Box` and `Vec`s of `Sync` elements; it
+// only moves between threads inside the registry's mutex.
+unsafe impl Send for Writer {}
 
-struct Hit {
-    a: Allocation,
-    rec: Ptr<Record>,
-}
-
-/// Converts a record read under the writer lock.
-fn locked_alloc(start: usize, r: &Record) -> Allocation {
-    // SAFETY: only called with the writer lock held: records reachable from either copy were
-    // completely written before they were linked, and nothing writes them while linked.
-    unsafe { r.load().into_allocation(start) }
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if let Some(top) = self.top.take() {
+            // SAFETY: allocated in `Writer::top` with this layout and freed once; the registry is
+            // being dropped, so no reader borrows it.
+            unsafe { std::alloc::dealloc(top.as_ptr().cast(), std::alloc::Layout::new::<Top>()) };
+        }
+    }
 }
 
 impl Writer {
-    /// Registered ranges, live records, live nodes (for the leak checks of the tests).
-    #[cfg(test)]
-    pub(super) fn counts(&self) -> (usize, usize, usize) {
-        (self.count, self.recs.live(), self.nodes.live())
-    }
-
     pub(super) const fn new() -> Self {
         Writer {
-            nodes: Slab::new(),
+            top: None,
+            tables: Slab::new(),
+            buckets: Slab::new(),
             recs: Slab::new(),
             next_seq: 0,
             count: 0,
             live: 0,
             missed: 0,
-            edits: Vec::new(),
             hits: Vec::new(),
+            granule: Vec::new(),
+            leaf: None,
+            hint: None,
         }
     }
+
+    /// Registered ranges and live records, tables and buckets (for the tests' leak checks).
+    #[cfg(test)]
+    pub(super) fn counts(&self) -> (usize, usize, usize, usize) {
+        (
+            self.count,
+            self.recs.live(),
+            self.tables.live(),
+            self.buckets.live(),
+        )
+    }
+
+    /// The top table, allocated (zeroed: every slot empty) and published on first use.
+    fn top<'a>(&mut self, reg: &'a Registry) -> Level<'a> {
+        let top = match self.top {
+            Some(t) => t,
+            None => {
+                let layout = std::alloc::Layout::new::<Top>();
+                // SAFETY: `Top` is all `AtomicUsize`, for which all-zero bytes are valid (EMPTY).
+                let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Top>();
+                let Some(t) = NonNull::new(p) else {
+                    std::alloc::handle_alloc_error(layout)
+                };
+                self.top = Some(t);
+                reg.read.top.store(p, Ordering::Release);
+                t
+            }
+        };
+        // SAFETY: owned by this writer, freed only when the registry drops (after `'a`).
+        let top: &'a Top = unsafe { top.as_ref() };
+        Level {
+            slots: &top.slots,
+            used: None,
+            level: 0,
+            base: 0,
+        }
+    }
+
+    /// The top table if there is one (reads need not create it).
+    fn top_if_any<'a>(&mut self, reg: &'a Registry) -> Option<Level<'a>> {
+        self.top.is_some().then(|| self.top(reg))
+    }
+
+    /// A new record holding `a`, not yet linked.
+    fn new_record(&mut self, a: &Allocation) -> Ptr<Record> {
+        let p = self.recs.alloc();
+        rec(p).store(a);
+        p
+    }
+
+    /// Fills `self.hits` with the ranges meeting `[lo, hi]`, in address order.
+    fn find_hits(&mut self, top: Level<'_>, lo: usize, hi: usize) {
+        self.hits.clear();
+        Self::collect(top, lo, hi, &mut self.hits);
+        self.hits.retain(|&p| {
+            let (s, l) = rec(p).span();
+            s <= hi && l >= lo
+        });
+        self.hits.sort_unstable_by_key(|&p| rec(p).span().0);
+        self.hits.dedup();
+    }
+
+    /// Clears `[lo, hi]`: each range meeting it loses those bytes (its outer parts become new
+    /// records, same metadata and seq). Returns (bytes cleared, ranges hit, ranges hit whole);
+    /// pushes the cleared pieces to `gone` when asked. Expects `find_hits` to have run.
+    fn cut(
+        &mut self,
+        top: Level<'_>,
+        lo: usize,
+        hi: usize,
+        gone: &mut dyn FnMut(Allocation),
+    ) -> (usize, usize, usize) {
+        let hits = core::mem::take(&mut self.hits);
+        let mut bytes = 0;
+        let mut whole = 0;
+        for &h in &hits {
+            let old = rec(h).get();
+            let last = old.last();
+            let mut buf: [Piece; 2] = [(h, 0, 0); 2];
+            let mut n = 0;
+            if old.start < lo {
+                let left = Allocation {
+                    size: lo - old.start,
+                    ..old
+                };
+                buf[n] = (self.new_record(&left), left.start, lo - 1);
+                n += 1;
+            }
+            if last > hi {
+                let right = Allocation {
+                    start: hi + 1,
+                    size: last - hi,
+                    ..old
+                };
+                buf[n] = (self.new_record(&right), hi + 1, last);
+                n += 1;
+            }
+            let pieces = &buf[..n];
+            self.rewrite(top, old.start, last, h, pieces);
+            self.recs.free(h);
+            self.count = self.count + pieces.len() - 1;
+            whole += usize::from(pieces.is_empty());
+            let (from, to) = (old.start.max(lo), last.min(hi));
+            bytes += to - from + 1;
+            gone(Allocation {
+                start: from,
+                size: to - from + 1,
+                ..old
+            });
+        }
+        self.hits = hits;
+        (bytes, self.hits.len(), whole)
+    }
+
+    /// Unlinks and frees the whole range of record `p`.
+    fn drop_range(&mut self, top: Level<'_>, p: Ptr<Record>) -> Allocation {
+        let (lo, hi) = rec(p).span();
+        if !self.unlink_fast(top, lo, hi, p) {
+            self.rewrite(top, lo, hi, p, &[]);
+        }
+        self.retire(p)
+    }
+
+    /// Frees the record of a range no slot links any more; returns the range.
+    fn retire(&mut self, p: Ptr<Record>) -> Allocation {
+        let a = rec(p).get();
+        self.recs.free(p);
+        self.count -= 1;
+        self.live -= a.size as u128;
+        a
+    }
+}
+
+/// Borrows a record handle (writer side).
+fn rec<'a>(p: Ptr<Record>) -> &'a Record {
+    target::<Record>(slot_of(p, REC))
 }
 
 impl Registry {
@@ -85,35 +227,24 @@ impl Registry {
         let w = &mut *guard;
         w.next_seq += 1;
         a.seq = w.next_seq;
-        let rec = new_record(w, &a);
-        let spare = &self.read.roots[self.read.latch.spare()];
-        if Tree::new(spare, &mut w.nodes).insert_if_clear(a.start, last, rec) {
-            w.edits.push(Edit::Put(a.start, rec));
-            w.count += 1;
-            w.live += a.size as u128;
-            self.commit(w, true);
-            return InsertOutcome {
-                seq: Some(a.seq),
-                overwritten: 0,
-                size: a.size,
+        let top = w.top(self);
+        let rec = w.new_record(&a);
+        let (lost, overwritten) = if w.link_fast(top, a.start, last, rec) {
+            (0, 0)
+        } else {
+            w.find_hits(top, a.start, last);
+            let (bytes, hits, _) = if w.hits.is_empty() {
+                (0, 0, 0)
+            } else {
+                w.cut(top, a.start, last, &mut |_| {})
             };
-        }
-        let lost = self.cut(w, a.start, last, None);
-        let overwritten = w.hits.len();
-        // A range that started at the same address is replaced in place rather than deleted and
-        // re-inserted (the common pool-reuse case).
-        match w
-            .edits
-            .iter_mut()
-            .find(|e| matches!(e, Edit::Del(k) if k == &a.start))
-        {
-            Some(e) => *e = Edit::Put(a.start, rec),
-            None => w.edits.push(Edit::Put(a.start, rec)),
-        }
+            w.link(top, a.start, last, rec);
+            (bytes, hits)
+        };
         w.count += 1;
         w.live = w.live - lost as u128 + a.size as u128;
         w.missed += overwritten as u64;
-        self.commit(w, false);
+        self.publish(w);
         InsertOutcome {
             seq: Some(a.seq),
             overwritten,
@@ -124,7 +255,7 @@ impl Registry {
     /// Unregisters `[start, start + len)` (clipped at `usize::MAX`), trimming or splitting the
     /// ranges it covers in part (a VMM unmap of a sub-range).
     pub fn remove(&self, start: usize, len: usize) -> Removed {
-        self.remove_span(start, len, None)
+        self.remove_span(start, len, &mut |_| {})
     }
 
     /// Like [`Self::remove`], and hands each removed piece (clipped to the span, with its range's
@@ -136,30 +267,28 @@ impl Registry {
         mut out: impl FnMut(Allocation),
     ) -> Removed {
         let mut gone = Vec::new();
-        let r = self.remove_span(start, len, Some(&mut gone));
+        let r = self.remove_span(start, len, &mut |a| gone.push(a));
         gone.into_iter().for_each(&mut out);
         r
     }
 
-    fn remove_span(&self, start: usize, len: usize, gone: Option<&mut Vec<Allocation>>) -> Removed {
+    fn remove_span(&self, start: usize, len: usize, gone: &mut dyn FnMut(Allocation)) -> Removed {
         if len == 0 {
             return Removed::default();
         }
         let last = start.saturating_add(len - 1);
         let mut guard = self.writer.lock();
         let w = &mut *guard;
-        let bytes = self.cut(w, start, last, gone);
-        let whole = w
-            .hits
-            .iter()
-            .filter(|h| h.a.start >= start && h.a.last() <= last)
-            .count();
-        let partial = w.hits.len() - whole;
+        let Some(top) = w.top_if_any(self) else {
+            return Removed::default();
+        };
+        w.find_hits(top, start, last);
+        let (bytes, hits, whole) = w.cut(top, start, last, gone);
         w.live -= bytes as u128;
-        self.commit(w, false);
+        self.publish(w);
         Removed {
             whole,
-            partial,
+            partial: hits - whole,
             bytes,
         }
     }
@@ -169,13 +298,15 @@ impl Registry {
     pub fn remove_allocation(&self, start: usize) -> Option<Allocation> {
         let mut guard = self.writer.lock();
         let w = &mut *guard;
-        // The hot free path: remove from the spare copy directly (its descent doubles as the
-        // lookup), then publish and replay.
-        let spare = &self.read.roots[self.read.latch.spare()];
-        let (rec, r) = Tree::new(spare, &mut w.nodes).remove(start)?;
-        let a = locked_alloc(start, r);
-        self.retire(w, a, rec);
-        self.commit(w, true);
+        let a = match w.unlink_single(start) {
+            Some(p) => w.retire(p),
+            None => {
+                let top = w.top_if_any(self)?;
+                let p = w.locate(top, start).filter(|&p| rec(p).span().0 == start)?;
+                w.drop_range(top, p)
+            }
+        };
+        self.publish(w);
         Some(a)
     }
 
@@ -201,32 +332,52 @@ impl Registry {
         {
             let mut guard = self.writer.lock();
             let w = &mut *guard;
-            let root = &self.read.roots[self.read.latch.spare()];
-            for (start, seq) in wanted {
-                if let Some((key, r, rec)) = tree::floor_entry(root, start) {
-                    let a = locked_alloc(key, r);
-                    if key == start && a.seq == seq {
-                        self.retire(w, a, rec);
-                        gone.push(a);
+            if let Some(top) = w.top_if_any(self) {
+                for (start, seq) in wanted {
+                    let found = w.locate(top, start).filter(|&p| {
+                        let a = rec(p).get();
+                        a.start == start && a.seq == seq
+                    });
+                    if let Some(p) = found {
+                        gone.push(w.drop_range(top, p));
                     }
                 }
             }
-            self.commit(w, false);
+            self.publish(w);
         }
         let n = gone.len();
         gone.into_iter().for_each(&mut out);
         n
     }
 
+    /// Drops every range at once, without events (what the registry knows stopped being true:
+    /// the hooks that keep it current were removed). Returns how many were dropped.
+    pub fn clear(&self) -> usize {
+        let mut guard = self.writer.lock();
+        let w = &mut *guard;
+        let Some(top) = w.top_if_any(self) else {
+            return 0;
+        };
+        w.find_hits(top, 0, usize::MAX);
+        let hits = core::mem::take(&mut w.hits);
+        for &p in &hits {
+            w.drop_range(top, p);
+        }
+        let n = hits.len();
+        w.hits = hits;
+        self.publish(w);
+        n
+    }
+
     /// Every range, in address order (taken under the writer lock, so it is one consistent state).
     pub fn snapshot(&self) -> Vec<Allocation> {
-        let guard = self.writer.lock();
-        let mut v = Vec::with_capacity(guard.count);
-        let root = &self.read.roots[self.read.latch.spare()];
-        tree::collect(root, 0, usize::MAX, &mut |k, r, _| {
-            v.push(locked_alloc(k, r))
-        });
-        v
+        let mut guard = self.writer.lock();
+        let w = &mut *guard;
+        let Some(top) = w.top_if_any(self) else {
+            return Vec::new();
+        };
+        w.find_hits(top, 0, usize::MAX);
+        w.hits.iter().map(|&p| rec(p).get()).collect()
     }
 
     /// Calls `f` for every range of a [`Self::snapshot`], in address order, without the lock.
@@ -234,123 +385,12 @@ impl Registry {
         self.snapshot().into_iter().for_each(f);
     }
 
-    // ---------------------------------------------------------------- writer internals
-
-    /// Builds the edits that clear `[lo, hi]`: ranges overlapping it go to `w.hits`, the parts
-    /// of them outside the span are re-registered. Returns the bytes cleared; pushes the cleared
-    /// pieces to `gone` when asked.
-    fn cut(
-        &self,
-        w: &mut Writer,
-        lo: usize,
-        hi: usize,
-        mut gone: Option<&mut Vec<Allocation>>,
-    ) -> usize {
-        // Between writes both copies are equal; read the spare one.
-        let root = &self.read.roots[self.read.latch.spare()];
-        w.hits.clear();
-        match tree::floor_entry(root, hi) {
-            None => {}
-            // No range starts inside the span: only this one (the floor of `lo` too) can reach
-            // into it. One descent for the common, non-overlapping case.
-            Some((k, r, rec)) if k < lo => {
-                let a = locked_alloc(k, r);
-                if a.last() >= lo {
-                    w.hits.push(Hit { a, rec });
-                }
-            }
-            Some(_) => {
-                if let Some((k, r, rec)) = tree::floor_entry(root, lo) {
-                    let a = locked_alloc(k, r);
-                    if k < lo && a.last() >= lo {
-                        w.hits.push(Hit { a, rec });
-                    }
-                }
-                let hits = &mut w.hits;
-                tree::collect(root, lo, hi, &mut |k, r, rec| {
-                    hits.push(Hit {
-                        a: locked_alloc(k, r),
-                        rec,
-                    })
-                });
-            }
-        }
-        let mut bytes = 0usize;
-        for i in 0..w.hits.len() {
-            let old = w.hits[i].a;
-            let old_last = old.last();
-            if old.start < lo {
-                let left = Allocation {
-                    size: lo - old.start,
-                    ..old
-                };
-                let rec = new_record(w, &left);
-                w.edits.push(Edit::Put(old.start, rec));
-            } else {
-                w.edits.push(Edit::Del(old.start));
-                w.count -= 1;
-            }
-            if old_last > hi {
-                let right = Allocation {
-                    start: hi + 1,
-                    size: old_last - hi,
-                    ..old
-                };
-                let rec = new_record(w, &right);
-                w.edits.push(Edit::Put(right.start, rec));
-                w.count += 1;
-            }
-            let from = old.start.max(lo);
-            let to = old_last.min(hi);
-            bytes += to - from + 1;
-            if let Some(g) = gone.as_deref_mut() {
-                g.push(Allocation {
-                    start: from,
-                    size: to - from + 1,
-                    ..old
-                });
-            }
-        }
-        bytes
-    }
-
-    /// Queues the removal of the whole range `a`.
-    fn retire(&self, w: &mut Writer, a: Allocation, rec: Ptr<Record>) {
-        w.hits.push(Hit { a, rec });
-        w.edits.push(Edit::Del(a.start));
-        w.count -= 1;
-        w.live -= a.size as u128;
-    }
-
-    /// Applies the queued edits to one copy.
-    fn apply(&self, copy: usize, w: &mut Writer) {
-        let mut t = Tree::new(&self.read.roots[copy], &mut w.nodes);
-        for e in &w.edits {
-            match *e {
-                Edit::Put(k, r) => {
-                    t.put(k, r);
-                }
-                Edit::Del(k) => {
-                    t.remove(k);
-                }
-            }
-        }
-    }
-
-    /// Applies the queued edits to both copies (spare, flip, other) and frees retired records.
-    /// With `spare_done`, the caller already applied them to the spare copy.
-    fn commit(&self, w: &mut Writer, spare_done: bool) {
-        if !w.edits.is_empty() {
-            let spare = self.read.latch.spare();
-            if !spare_done {
-                self.apply(spare, w);
-            }
-            self.read.latch.publish();
-            self.apply(spare ^ 1, w);
-            w.edits.clear();
-        }
-        for h in w.hits.drain(..) {
-            w.recs.free(h.rec);
+    /// Publishes the counters after an edit.
+    fn publish(&self, w: &Writer) {
+        let hint = w.hint.map_or(core::ptr::null_mut(), |t| t.as_mut_ptr());
+        if self.read.hint.load(Ordering::Relaxed) != hint {
+            // Release: the table is linked and its base written before a reader can use it.
+            self.read.hint.store(hint, Ordering::Release);
         }
         self.stats.len.store(w.count, Ordering::Release);
         let live = usize::try_from(w.live).unwrap_or(usize::MAX);
@@ -359,10 +399,19 @@ impl Registry {
     }
 }
 
-/// A new record holding `a`, not yet reachable by readers.
-fn new_record(w: &mut Writer, a: &Allocation) -> Ptr<Record> {
-    let mut recs = &mut w.recs;
-    let (p, r) = Slab::alloc_ref(&mut recs);
-    r.store(a);
-    p
+impl Registry {
+    /// Takes the writer lock and keeps it (the `fork` prepare handler).
+    pub(super) fn hold_for_fork(&self) {
+        core::mem::forget(self.writer.lock());
+    }
+
+    /// Releases the lock [`Self::hold_for_fork`] took.
+    ///
+    /// # Safety
+    ///
+    /// Only after `hold_for_fork` on this thread (or, in a child, in its parent's forking thread).
+    pub(super) unsafe fn release_after_fork(&self) {
+        // SAFETY: the caller took the lock with `hold_for_fork` and forgot the guard.
+        unsafe { self.writer.force_unlock() };
+    }
 }

@@ -208,3 +208,67 @@ fn registry_concurrent_readers_never_see_torn_entries() {
         assert_eq!(reg.lookup(window(k)).map(|a| a.pool), Some(k));
     }
 }
+
+/// A range that is trimmed (a VMM unmap of part of it, an insert over part of it) keeps its other
+/// bytes allocated throughout: a lookup there must never miss, while the trim rewrites the slots
+/// around it (blocks turning into tables of pieces, granules getting new chains).
+#[test]
+fn registry_trimmed_range_never_disappears() {
+    const BASE: usize = 1 << 40;
+    const SIZE: usize = 16 << 20;
+    const KEEP: usize = 4 << 20;
+    let reg = Registry::new();
+    let whole = || Allocation::new(BASE, SIZE, c"cuMemMap");
+    reg.insert(whole());
+    // Odd while the writer replaces the whole range (then a miss is allowed).
+    let epoch = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let (trims, checked) = (AtomicU64::new(0), AtomicU64::new(0));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut rng = Rng::new(0x7123);
+            let mut n = 0u64;
+            while !stop.load(Relaxed) {
+                if n % 64 == 63 {
+                    epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    reg.insert(whole());
+                    epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                } else {
+                    let x = KEEP + rng.below((SIZE - KEEP) as u64) as usize;
+                    let len = (1 + rng.below(2 << 20) as usize).min(SIZE - x);
+                    reg.remove(BASE + x, len);
+                    let mut filler = Allocation::new(BASE + x, len, c"filler");
+                    filler.pool = 1;
+                    assert_eq!(reg.insert(filler).overwritten, 0);
+                    trims.fetch_add(1, Relaxed);
+                }
+                n += 1;
+            }
+        });
+        for seed in 0..2 {
+            let (reg, stop, epoch, checked) = (&reg, &stop, &epoch, &checked);
+            s.spawn(move || {
+                let mut rng = Rng::new(seed);
+                let mut n = 0u64;
+                while !stop.load(Relaxed) {
+                    let ptr = BASE + rng.below(KEEP as u64) as usize;
+                    let e1 = epoch.load(std::sync::atomic::Ordering::SeqCst);
+                    let got = reg.lookup(ptr);
+                    let e2 = epoch.load(std::sync::atomic::Ordering::SeqCst);
+                    if e1 == e2 && e1 % 2 == 0 {
+                        let a = got.unwrap_or_else(|| panic!("{ptr:#x} lost during a trim"));
+                        assert_eq!((a.start, a.pool, a.api), (BASE, 0, c"cuMemMap"));
+                        assert!(a.contains(ptr) && a.size >= KEEP);
+                        n += 1;
+                    }
+                }
+                checked.fetch_add(n, Relaxed);
+            });
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+        stop.store(true, Relaxed);
+    });
+    assert!(trims.load(Relaxed) > 100, "{} trims", trims.load(Relaxed));
+    assert!(checked.load(Relaxed) > 10_000);
+    reg.check();
+}

@@ -1,11 +1,21 @@
-//! Registry tests: edge cases, a model-based random test, and a reader/writer race.
+//! Registry tests: edge cases, a model-based random test, reader/writer races, and fork.
 #![deny(unsafe_code)]
 
 mod concurrency;
 mod edges;
+mod fork;
 mod model;
 
-use super::{tree, Allocation, Registry};
+use core::sync::atomic::{
+    AtomicUsize,
+    Ordering::{Acquire, Relaxed},
+};
+
+use super::record::Record;
+use super::table::{
+    deref, slot_of, tag, target, Bucket, Table, BUCKET, BUCKET_CAP, EMPTY, LEAF, REC, SHIFT, TAB,
+};
+use super::{Allocation, Registry};
 use crate::events::MemType;
 
 /// splitmix64: tiny, seedable, good enough to drive random operation sequences.
@@ -51,27 +61,60 @@ pub(super) fn mem_type(n: u64) -> MemType {
 }
 
 impl Registry {
-    /// Internal levels above the leaves of the copy readers use.
-    pub(super) fn height(&self) -> usize {
-        let _w = self.writer.lock();
-        self.read.roots[0].height()
+    /// Shape of the page table: (tables in use, longest bucket chain), to tell how much of the
+    /// structure a test exercised.
+    pub(super) fn shape(&self) -> (usize, usize) {
+        let w = self.writer.lock();
+        let (_, _, tables, _) = w.counts();
+        drop(w);
+        let mut longest = 0;
+        self.walk_slots(&mut |_, _, _, v| {
+            if tag(v) == BUCKET {
+                let mut n = 0;
+                let mut b = Some(target::<Bucket>(v));
+                while let Some(x) = b {
+                    n += 1;
+                    b = deref(x.next.load(Relaxed));
+                }
+                longest = longest.max(n);
+            }
+        });
+        (tables, longest)
     }
 
-    /// Asserts every invariant: both copies are valid trees with identical entries, ranges do not
-    /// overlap, counters match, and no node or record leaked.
+    /// Calls `f(level, block_lo, block_hi, slot value)` for every non-empty slot, under the lock.
+    fn walk_slots(&self, f: &mut impl FnMut(usize, usize, usize, usize)) {
+        let _w = self.writer.lock();
+        let Some(top) = deref(self.read.top.load(Acquire)) else {
+            return;
+        };
+        fn rec(
+            l: usize,
+            base: usize,
+            slots: &[AtomicUsize],
+            f: &mut impl FnMut(usize, usize, usize, usize),
+        ) {
+            for (i, s) in slots.iter().enumerate() {
+                let v = s.load(Relaxed);
+                if v == EMPTY {
+                    continue;
+                }
+                let lo = base + (i << SHIFT[l]);
+                let hi = lo + ((1usize << SHIFT[l]) - 1);
+                f(l, lo, hi, v);
+                if tag(v) == TAB {
+                    rec(l + 1, lo, &target::<Table>(v).slots, f);
+                }
+            }
+        }
+        rec(0, 0, &top.slots, f);
+    }
+
+    /// Asserts every invariant: each slot names exactly the ranges its block holds (a whole
+    /// block one range covering it, a granule the ranges touching it), table counts match, no
+    /// record, table or chain leaked, ranges do not overlap and the counters match.
     pub(super) fn check(&self) {
-        let w = self.writer.lock();
-        let (a, na) = tree::check(&self.read.roots[0]);
-        let (b, nb) = tree::check(&self.read.roots[1]);
-        assert_eq!(a, b, "the two copies differ");
-        let (count, recs, nodes) = w.counts();
-        assert_eq!(a.len(), count, "count");
-        assert_eq!(self.len(), count, "published count");
-        assert_eq!(recs, count, "record leak");
-        assert_eq!(nodes, na + nb, "node leak");
-        drop(w);
         let all = self.snapshot();
-        assert_eq!(all.len(), a.len());
         let mut bytes = 0u128;
         for pair in all.windows(2) {
             assert!(
@@ -89,11 +132,88 @@ impl Registry {
             );
             bytes += r.size as u128;
         }
+        assert_eq!(self.len(), all.len(), "published count");
         assert_eq!(
             self.live_bytes() as u128,
             bytes.min(usize::MAX as u128),
             "live bytes"
         );
+        // Every slot against the ranges.
+        let (mut tables, mut buckets) = (0, 0);
+        let touching = |lo: usize, hi: usize| -> Vec<usize> {
+            let i = all.partition_point(|a| a.last() < lo);
+            all[i..]
+                .iter()
+                .take_while(|a| a.start <= hi)
+                .map(|a| a.start)
+                .collect()
+        };
+        let start_of = |v: usize| target::<Record>(v).get().start;
+        let mut linked = 0u128;
+        self.walk_slots(&mut |l, lo, hi, v| {
+            let want = touching(lo, hi);
+            match tag(v) {
+                TAB => {
+                    assert!(l < LEAF, "table at the leaf level");
+                    tables += 1;
+                    let t = target::<Table>(v);
+                    let used = t.slots.iter().filter(|s| s.load(Relaxed) != EMPTY).count();
+                    assert_eq!(t.used.load(Relaxed), used, "table count");
+                    assert!(used > 0, "empty table left linked");
+                    assert!(!want.is_empty(), "table over an empty block");
+                    assert_eq!(t.base.load(Relaxed), lo | (l + 1), "table base");
+                }
+                REC => {
+                    let a = target::<Record>(v).get();
+                    assert_eq!(want, vec![a.start], "slot {lo:#x}..={hi:#x} (level {l})");
+                    if l < LEAF {
+                        assert!(a.start <= lo && a.last() >= hi, "partial block as a record");
+                    }
+                    linked += (a.last().min(hi) - a.start.max(lo)) as u128 + 1;
+                }
+                BUCKET => {
+                    assert_eq!(l, LEAF, "chain above the leaf level");
+                    let mut recs = Vec::new();
+                    target::<Bucket>(v).collect(&mut recs);
+                    let mut b = Some(target::<Bucket>(v));
+                    while let Some(x) = b {
+                        buckets += 1;
+                        let n = x.len.load(Relaxed);
+                        assert!((1..=BUCKET_CAP).contains(&n), "bucket length {n}");
+                        b = deref(x.next.load(Relaxed));
+                    }
+                    let mut got: Vec<usize> =
+                        recs.iter().map(|&p| start_of(slot_of(p, REC))).collect();
+                    got.sort_unstable();
+                    assert!(got.len() >= 2, "chain of fewer than two ranges");
+                    assert_eq!(got, want, "granule {lo:#x}");
+                    for &p in &recs {
+                        let a = target::<Record>(slot_of(p, REC)).get();
+                        linked += (a.last().min(hi) - a.start.max(lo)) as u128 + 1;
+                    }
+                }
+                _ => unreachable!(),
+            }
+        });
+        // The readers' hint names a linked level-1 table, if any.
+        if let Some(h) = deref::<Table>(self.read.hint.load(Acquire)) {
+            let base = h.base.load(Relaxed);
+            assert_eq!(base & 7, 1, "hint is not a level-1 table");
+            let top = deref::<super::table::Top>(self.read.top.load(Acquire)).expect("top");
+            let v = top.slots[base >> SHIFT[0]].load(Relaxed);
+            assert!(
+                tag(v) == TAB && core::ptr::eq(target::<Table>(v), h),
+                "hint not linked"
+            );
+        }
+        // Every byte of every range is linked exactly once (slots do not overlap).
+        assert_eq!(linked, bytes, "bytes linked");
+        let w = self.writer.lock();
+        let (count, recs, live_tables, live_buckets) = w.counts();
+        assert_eq!(count, all.len(), "count");
+        assert_eq!(recs, count, "record leak");
+        assert_eq!(live_tables, tables, "table leak");
+        assert_eq!(live_buckets, buckets, "bucket leak");
     }
 }
 

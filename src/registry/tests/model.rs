@@ -177,8 +177,9 @@ fn probe(rng: &mut Rng, model: &Model, space: &Space) -> usize {
     }
 }
 
-/// Runs one sequence; returns the tallest tree it built (internal levels).
-fn run(seed: u64, ops: usize) -> usize {
+/// Runs one sequence; returns the most page tables it used at once and the longest chain of
+/// buckets a shared granule needed.
+fn run(seed: u64, ops: usize) -> (usize, usize) {
     let _guard = SeedGuard(seed);
     let mut rng = Rng::new(seed);
     // Long sequences grow a big sparse tree, then shrink it (splits first, merges later).
@@ -214,7 +215,7 @@ fn run(seed: u64, ops: usize) -> usize {
     };
     let reg = Registry::new();
     let mut model = Model::default();
-    let mut tallest = 0;
+    let mut shape = (0, 0);
     for op in 0..ops {
         let ctx = |what: &str| format!("seed {seed} op {op}: {what}");
         let kind = match (long, op < ops * 6 / 10) {
@@ -288,13 +289,14 @@ fn run(seed: u64, ops: usize) -> usize {
         );
         if op % 64 == 63 {
             reg.check();
-            tallest = tallest.max(reg.height());
+            let (tables, chain) = reg.shape();
+            shape = (shape.0.max(tables), shape.1.max(chain));
         }
     }
     reg.check();
     let want: Vec<Allocation> = model.map.values().copied().collect();
     assert_eq!(reg.snapshot(), want, "seed {seed}: final snapshot");
-    tallest
+    shape
 }
 
 fn seed_from_env() -> Option<u64> {
@@ -307,9 +309,12 @@ fn registry_model_short_sequences() {
         run(seed, 3000);
         return;
     }
+    let mut longest = 0;
     for seed in 0..3000 {
-        run(seed, 200);
+        longest = longest.max(run(seed, 200).1);
     }
+    // Dense sequences must have shared granules among more ranges than one bucket holds.
+    assert!(longest >= 2, "longest bucket chain: {longest}");
 }
 
 #[test]
@@ -317,11 +322,16 @@ fn registry_model_long_sequences() {
     if seed_from_env().is_some() {
         return;
     }
-    let mut tallest = 0;
+    let (mut tables, mut chain) = (0, 0);
     for seed in 1_000_000..1_000_004 {
-        tallest = tallest.max(run(seed, 16_000));
+        let (t, c) = run(seed, 16_000);
+        tables = tables.max(t);
+        chain = chain.max(c);
     }
-    // The sequences must have reached the multi-level code paths (splits/merges of internal
-    // nodes), or they prove little.
-    assert!(tallest >= 3, "trees only reached height {tallest}");
+    // The sequences must have spread over many leaf tables and shared granules, or they prove
+    // little.
+    assert!(
+        tables >= 8 && chain >= 1,
+        "only {tables} tables, chains of {chain}"
+    );
 }

@@ -8,7 +8,6 @@
 //! `i`. That is what lets `floor` descend without ever backtracking to a left neighbour: the child
 //! chosen at each level holds the answer whenever one exists. Removing a leaf's smallest key
 //! therefore repairs the one separator that named it (`fix_separator`).
-#![deny(unsafe_code)]
 
 use super::node::{Node, Record, Root, B, MAX_HEIGHT};
 use super::slab::{Ptr, Slab};

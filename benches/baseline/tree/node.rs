@@ -16,7 +16,6 @@
 //! pointers it got from its slabs or loaded from these fields.
 //!
 //! [`Slab`]: super::slab::Slab
-#![allow(unsafe_code)]
 
 use core::ffi::CStr;
 use core::ptr;
@@ -27,7 +26,7 @@ use core::sync::atomic::{
 
 use super::slab::{Fresh, Ptr};
 use super::Allocation;
-use crate::events::MemType;
+use cuhook::events::MemType;
 
 /// Entries per node. 16 keys fill two cache lines; 32 and 64 measured slower for hot lookups
 /// (longer in-node scans) and only slightly faster for cold ones (see `docs/performance.md`).

@@ -1,0 +1,137 @@
+//! Type-stable arena: elements are allocated in chunks that live as long as the slab, and a freed
+//! element is only ever reused as the same type. A lock-free reader holding a stale pointer thus
+//! reads a valid (if meaningless) object, never freed memory.
+//!
+//! # Safety
+//!
+//! Chunks come from `Box::into_raw` and go back through `Box::from_raw` only in `Drop`, which has
+//! exclusive access (no reader can hold a borrow of the owning registry then). A [`Ptr`] is only
+//! made from a chunk element (or from a field that holds one, see `node.rs`), so it stays valid
+//! while the slab lives.
+
+use core::ptr::NonNull;
+
+/// Types that can fill a new chunk.
+pub(super) trait Fresh: Sized {
+    fn fresh() -> Self;
+}
+
+/// A pointer to a slab element, handled by the writer. Sendable because the element type is all
+/// atomics (`Sync`) and the owning slab travels with it inside the registry.
+pub(super) struct Ptr<T>(NonNull<T>);
+
+impl<T> Clone for Ptr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Ptr<T> {}
+
+impl<T> PartialEq for Ptr<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+// SAFETY: a `Ptr` is an address into a slab of `Sync` elements; sending it to another thread is
+// like sending `&T`, which is fine for `T: Sync`.
+unsafe impl<T: Sync> Send for Ptr<T> {}
+
+impl<T> Ptr<T> {
+    pub(super) fn new(p: *mut T) -> Option<Self> {
+        NonNull::new(p).map(Ptr)
+    }
+
+    pub(super) fn as_mut_ptr(self) -> *mut T {
+        self.0.as_ptr()
+    }
+
+    /// Borrows the element.
+    ///
+    /// # Safety
+    ///
+    /// The slab that allocated it must outlive `'a` (true for any borrow of the owning registry).
+    pub(super) unsafe fn get<'a>(self) -> &'a T {
+        // SAFETY: the pointer is a live slab element (caller's contract); elements are only ever
+        // shared (all fields atomic), never borrowed mutably.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+/// First chunk size; chunks double up to `MAX_CHUNK` elements.
+const FIRST_CHUNK: usize = 64;
+const MAX_CHUNK: usize = 1 << 13;
+
+pub(super) struct Slab<T> {
+    chunks: Vec<NonNull<[T]>>,
+    /// Elements of the last chunk handed out so far.
+    used: usize,
+    free: Vec<Ptr<T>>,
+    /// Elements currently handed out (for tests and stats).
+    live: usize,
+}
+
+// SAFETY: the slab owns its chunks (like a `Vec<Box<[T]>>`), so it may move between threads
+// whenever `T` may be shared.
+unsafe impl<T: Sync> Send for Slab<T> {}
+
+impl<T: Fresh> Slab<T> {
+    pub(super) const fn new() -> Self {
+        Slab {
+            chunks: Vec::new(),
+            used: 0,
+            free: Vec::new(),
+            live: 0,
+        }
+    }
+
+    /// An element that no reader can reach through the current trees. Recycled ones keep their
+    /// old contents; the caller overwrites what it uses.
+    pub(super) fn alloc(&mut self) -> Ptr<T> {
+        self.live += 1;
+        if let Some(p) = self.free.pop() {
+            return p;
+        }
+        let cap = self.chunks.last().map_or(0, |c| c.len());
+        if self.used == cap {
+            let n = (cap * 2).clamp(FIRST_CHUNK, MAX_CHUNK);
+            let chunk: Box<[T]> = (0..n).map(|_| T::fresh()).collect();
+            self.chunks.push(NonNull::from(Box::leak(chunk)));
+            self.used = 0;
+        }
+        let chunk = *self.chunks.last().expect("a chunk was just ensured");
+        // SAFETY: `used < chunk.len()`, so the offset stays inside the chunk allocation.
+        let p = unsafe { chunk.cast::<T>().add(self.used) };
+        self.used += 1;
+        Ptr(p)
+    }
+
+    /// Allocates an element and borrows it for as long as the slab itself is borrowed.
+    pub(super) fn alloc_ref<'a>(slab: &mut &'a mut Slab<T>) -> (Ptr<T>, &'a T) {
+        let p = slab.alloc();
+        // SAFETY: `p` is an element of `slab`, whose chunks are freed only when it drops; the
+        // `&'a mut` borrow keeps it alive (and in place) for all of `'a`.
+        (p, unsafe { p.get::<'a>() })
+    }
+
+    /// Returns an element for reuse. Readers may still be reading it; they will fail validation.
+    pub(super) fn free(&mut self, p: Ptr<T>) {
+        self.live -= 1;
+        self.free.push(p);
+    }
+
+    #[cfg(test)]
+    pub(super) fn live(&self) -> usize {
+        self.live
+    }
+}
+
+impl<T> Drop for Slab<T> {
+    fn drop(&mut self) {
+        for c in self.chunks.drain(..) {
+            // SAFETY: `c` came from `Box::leak` of a `Box<[T]>` and is freed once; `&mut self`
+            // means no borrow of the owning registry (and so no reader) is alive.
+            drop(unsafe { Box::from_raw(c.as_ptr()) });
+        }
+    }
+}

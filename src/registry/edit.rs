@@ -1,0 +1,554 @@
+//! The writer's side of the page table: linking a range's slots, rewriting the slots of a range
+//! that is trimmed, split or removed, and collecting the ranges in a span. Runs under the writer
+//! lock only.
+//!
+//! Every change a reader can see is one slot store, made after everything it points to is
+//! complete: a record is filled before its first slot links it, a shared granule gets a new
+//! chain (the old one is recycled), and a block whose content changes from one range to
+//! pieces of it gets a child table built aside and then swapped in. So a lookup of a byte that
+//! stays allocated through a trim or split always finds it.
+#![deny(unsafe_code)]
+
+use core::sync::atomic::{AtomicUsize, Ordering::Relaxed, Ordering::Release};
+
+use super::record::Record;
+use super::slab::Ptr;
+use super::table::{
+    index, ptr_of, slot_of, tag, target, Bucket, Table, BUCKET, BUCKET_CAP, EMPTY, FAN, LEAF, REC,
+    SHIFT, TAB, TOP_SLOTS,
+};
+use super::write::Writer;
+
+/// A piece of a range being rewritten: its new record and `[lo, hi]`.
+pub(super) type Piece = (Ptr<Record>, usize, usize);
+
+/// The slots of one table, with its count of non-empty slots (none for the top table).
+#[derive(Clone, Copy)]
+pub(super) struct Level<'a> {
+    pub(super) slots: &'a [AtomicUsize],
+    pub(super) used: Option<&'a AtomicUsize>,
+    pub(super) level: usize,
+    /// First address of slot 0.
+    pub(super) base: usize,
+}
+
+impl<'a> Level<'a> {
+    fn child(t: &'a Table, level: usize, base: usize) -> Self {
+        Level {
+            slots: &t.slots,
+            used: Some(&t.used),
+            level,
+            base,
+        }
+    }
+
+    /// Indices of the slots meeting `[lo, hi]` (which meets this table's block).
+    fn span(&self, lo: usize, hi: usize) -> core::ops::RangeInclusive<usize> {
+        let sh = SHIFT[self.level];
+        let n = if self.level == 0 { TOP_SLOTS } else { FAN };
+        let first = lo.saturating_sub(self.base) >> sh;
+        let last = ((hi - self.base) >> sh).min(n - 1);
+        first..=last
+    }
+
+    /// The block of slot `i`, `[lo, hi]`.
+    fn block(&self, i: usize) -> (usize, usize) {
+        let sh = SHIFT[self.level];
+        let lo = self.base + (i << sh);
+        (lo, lo + ((1usize << sh) - 1))
+    }
+
+    /// Stores `v` in slot `i`, keeping the table's count of used slots.
+    fn set(&self, i: usize, v: usize) {
+        let old = self.slots[i].load(Relaxed);
+        if let Some(used) = self.used {
+            match (old == EMPTY, v == EMPTY) {
+                (true, false) => used.store(used.load(Relaxed) + 1, Relaxed),
+                (false, true) => used.store(used.load(Relaxed) - 1, Relaxed),
+                _ => {}
+            }
+        }
+        // Release: what `v` points to is complete before a reader can load it.
+        self.slots[i].store(v, Release);
+    }
+}
+
+/// Which of `pieces` covers all of `[lo, hi]`, if one does, and whether any touches it.
+fn cover(pieces: &[Piece], lo: usize, hi: usize) -> (Option<Ptr<Record>>, bool) {
+    let whole = pieces.iter().find(|p| p.1 <= lo && hi <= p.2).map(|p| p.0);
+    (whole, pieces.iter().any(|p| p.1 <= hi && p.2 >= lo))
+}
+
+impl Writer {
+    /// Recycles an emptied, unlinked table (and forgets it as the cached leaf).
+    fn free_table(&mut self, t: Ptr<Table>) {
+        if self.leaf.is_some_and(|(_, l)| l == t) {
+            self.leaf = None;
+        }
+        if self.hint == Some(t) {
+            self.hint = None;
+        }
+        // A stale hint to a freed table must not match any pointer's region.
+        target::<Table>(slot_of(t, TAB)).base.store(0, Relaxed);
+        self.tables.free(t);
+    }
+
+    /// The cached leaf table, if it is the one for `[lo, hi]` (which lies inside one leaf block
+    /// without covering it whole).
+    #[inline(always)]
+    fn cached_leaf<'a>(&self, lo: usize, hi: usize) -> Option<Level<'a>> {
+        let (base, t) = self.leaf?;
+        let sh = SHIFT[LEAF - 1];
+        let whole = (lo << (usize::BITS - sh)) == 0 && hi - lo == (1 << sh) - 1;
+        (lo >> sh == base >> sh && hi >> sh == base >> sh && !whole)
+            .then(|| Level::child(target::<Table>(slot_of(t, TAB)), LEAF, base))
+    }
+
+    /// A new empty table. Recycled tables were freed empty (every slot EMPTY, count 0, base 0);
+    /// fresh ones are empty.
+    fn new_table(&mut self) -> Ptr<Table> {
+        self.tables.alloc()
+    }
+
+    /// Links table `t` (made by `new_table`, filled or not) into slot `i` of `at`, naming the
+    /// block it stands for; a level-1 table becomes the readers' hint (published with the edit).
+    fn link_table(&mut self, at: Level<'_>, i: usize, t: Ptr<Table>) -> &'static Table {
+        let (blo, _) = at.block(i);
+        // Before the link: a reader that reaches the table through the hint checks this.
+        target::<Table>(slot_of(t, TAB))
+            .base
+            .store(blo | (at.level + 1), Release);
+        at.set(i, slot_of(t, TAB));
+        if at.level == 0 {
+            self.hint = Some(t);
+        }
+        target::<Table>(slot_of(t, TAB))
+    }
+
+    /// Links `rec` into every slot of `[lo, hi]` below `at` (the range is clear there).
+    pub(super) fn link(&mut self, at: Level<'_>, lo: usize, hi: usize, rec: Ptr<Record>) {
+        for i in at.span(lo, hi) {
+            let (blo, bhi) = at.block(i);
+            if lo <= blo && bhi <= hi {
+                at.set(i, slot_of(rec, REC));
+            } else if at.level == LEAF {
+                self.granule_edit(at, i, None, &[rec]);
+            } else {
+                let cur = at.slots[i].load(Relaxed);
+                let child = match tag(cur) {
+                    TAB => target::<Table>(cur),
+                    EMPTY => {
+                        let t = self.new_table();
+                        self.link_table(at, i, t)
+                    }
+                    _ => unreachable!("registry: link over a live range"),
+                };
+                self.link(Level::child(child, at.level + 1, blo), lo, hi, rec);
+            }
+        }
+    }
+
+    /// Replaces `old` (linked over `[olo, ohi]`) by `pieces` (sub-ranges of it, already filled
+    /// records) in every slot below `at`; frees tables left empty. `old` itself is not freed.
+    pub(super) fn rewrite(
+        &mut self,
+        at: Level<'_>,
+        olo: usize,
+        ohi: usize,
+        old: Ptr<Record>,
+        pieces: &[Piece],
+    ) {
+        for i in at.span(olo, ohi) {
+            let (blo, bhi) = at.block(i);
+            if olo <= blo && bhi <= ohi {
+                // `old` covered the whole block: one store gives it its new content.
+                match cover(pieces, blo, bhi) {
+                    (Some(p), _) => at.set(i, slot_of(p, REC)),
+                    (None, false) => at.set(i, EMPTY),
+                    (None, true) if at.level == LEAF => {
+                        let (buf, n) = touching(pieces, blo, bhi);
+                        self.granule_edit(at, i, Some(old), &buf[..n])
+                    }
+                    (None, true) => {
+                        let t = self.new_table();
+                        let tab = target::<Table>(slot_of(t, TAB));
+                        for &(p, lo, hi) in pieces {
+                            if lo <= bhi && hi >= blo {
+                                let inner = Level::child(tab, at.level + 1, blo);
+                                self.link(inner, lo.max(blo), hi.min(bhi), p);
+                            }
+                        }
+                        self.link_table(at, i, t);
+                    }
+                }
+            } else if at.level == LEAF {
+                let (buf, n) = touching(pieces, blo, bhi);
+                self.granule_edit(at, i, Some(old), &buf[..n]);
+            } else {
+                let cur = at.slots[i].load(Relaxed);
+                debug_assert_eq!(tag(cur), TAB, "registry: partial block without a table");
+                if tag(cur) != TAB {
+                    continue;
+                }
+                let child = target::<Table>(cur);
+                self.rewrite(
+                    Level::child(child, at.level + 1, blo),
+                    olo,
+                    ohi,
+                    old,
+                    pieces,
+                );
+                if child.used.load(Relaxed) == 0 {
+                    at.set(i, EMPTY);
+                    self.free_table(ptr_of(cur));
+                }
+            }
+        }
+    }
+
+    /// Gives granule slot `i` its ranges minus `remove` plus `add`, in one store.
+    fn granule_edit(
+        &mut self,
+        at: Level<'_>,
+        i: usize,
+        remove: Option<Ptr<Record>>,
+        add: &[Ptr<Record>],
+    ) {
+        let cur = at.slots[i].load(Relaxed);
+        let mut list = core::mem::take(&mut self.granule);
+        list.clear();
+        match tag(cur) {
+            REC => list.push(ptr_of(cur)),
+            BUCKET => target::<Bucket>(cur).collect(&mut list),
+            _ => {}
+        }
+        if let Some(r) = remove {
+            list.retain(|&p| p != r);
+        }
+        list.extend_from_slice(add);
+        let v = match list.len() {
+            0 => EMPTY,
+            1 => slot_of(list[0], REC),
+            _ => slot_of(self.chain(&list), BUCKET),
+        };
+        at.set(i, v);
+        if tag(cur) == BUCKET {
+            self.free_chain(ptr_of(cur));
+        }
+        self.granule = list;
+    }
+
+    /// A new chain of buckets listing `recs`.
+    fn chain(&mut self, recs: &[Ptr<Record>]) -> Ptr<Bucket> {
+        let mut next = None;
+        for part in recs.rchunks(BUCKET_CAP) {
+            let b = self.buckets.alloc();
+            target::<Bucket>(slot_of(b, BUCKET)).store(part, next);
+            next = Some(b);
+        }
+        next.expect("a chain lists at least two records")
+    }
+
+    fn free_chain(&mut self, head: Ptr<Bucket>) {
+        let mut b = Some(head);
+        while let Some(p) = b {
+            b = Ptr::new(target::<Bucket>(slot_of(p, BUCKET)).next.load(Relaxed));
+            self.buckets.free(p);
+        }
+    }
+
+    /// Appends every record linked below `at` in `[lo, hi]` to `out` (with repeats, and with
+    /// ranges of shared granules that may not meet the span).
+    pub(super) fn collect(at: Level<'_>, lo: usize, hi: usize, out: &mut Vec<Ptr<Record>>) {
+        for i in at.span(lo, hi) {
+            let cur = at.slots[i].load(Relaxed);
+            match tag(cur) {
+                REC => {
+                    let p = ptr_of(cur);
+                    if out.last() != Some(&p) {
+                        out.push(p);
+                    }
+                }
+                TAB => {
+                    let (blo, _) = at.block(i);
+                    let child = target::<Table>(cur);
+                    Self::collect(Level::child(child, at.level + 1, blo), lo, hi, out);
+                }
+                BUCKET => target::<Bucket>(cur).collect(out),
+                _ => {}
+            }
+        }
+    }
+
+    /// The record linked for `addr`, if a range contains it.
+    pub(super) fn locate(&self, top: Level<'_>, addr: usize) -> Option<Ptr<Record>> {
+        let mut at = self.cached_leaf(addr, addr).unwrap_or(top);
+        loop {
+            let i = *at.span(addr, addr).start();
+            let cur = at.slots[i].load(Relaxed);
+            let holds = |p: Ptr<Record>| {
+                let (lo, hi) = target::<Record>(slot_of(p, REC)).span();
+                lo <= addr && addr <= hi
+            };
+            match tag(cur) {
+                REC => return Some(ptr_of(cur)).filter(|&p| holds(p)),
+                BUCKET => return chain_find(target::<Bucket>(cur), holds),
+                TAB => {
+                    let (blo, _) = at.block(i);
+                    at = Level::child(target::<Table>(cur), at.level + 1, blo);
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// The records of `pieces` (at most two) that touch `[lo, hi]`.
+fn touching(pieces: &[Piece], lo: usize, hi: usize) -> ([Ptr<Record>; 2], usize) {
+    let mut out = [pieces.first().map_or_else(Ptr::dangling, |p| p.0); 2];
+    let mut n = 0;
+    for p in pieces.iter().filter(|p| p.1 <= hi && p.2 >= lo).take(2) {
+        out[n] = p.0;
+        n += 1;
+    }
+    (out, n)
+}
+
+/// The slot that links a table, and the count of used slots of the table holding that slot.
+type Parent<'a> = (&'a AtomicUsize, Option<&'a AtomicUsize>);
+
+impl Writer {
+    /// Descends towards `[lo, hi]` while one slot holds all of it in part, to the table where
+    /// the range's slots begin. With `create`, missing tables on the way are made (the range is
+    /// clear there); otherwise `None` when the way ends early. `None` too when a slot on the way
+    /// holds a record (a range overlaps). `path` receives the slot linking each table passed.
+    #[inline(always)]
+    fn split<'a>(
+        &mut self,
+        top: Level<'a>,
+        lo: usize,
+        hi: usize,
+        create: bool,
+        mut path: Option<&mut [Option<Parent<'a>>; LEAF]>,
+    ) -> Option<Level<'a>> {
+        if path.is_none() {
+            if let Some(leaf) = self.cached_leaf(lo, hi) {
+                return Some(leaf);
+            }
+        }
+        let mut at = top;
+        while at.level < LEAF {
+            let sh = SHIFT[at.level];
+            let i = (lo - at.base) >> sh;
+            let (blo, bhi) = at.block(i);
+            if (hi - at.base) >> sh != i || (lo == blo && hi >= bhi) {
+                break;
+            }
+            let cur = at.slots[i].load(Relaxed);
+            let child = match tag(cur) {
+                TAB => target::<Table>(cur),
+                EMPTY if create => {
+                    let t = self.new_table();
+                    self.link_table(at, i, t)
+                }
+                _ => return None,
+            };
+            if let Some(p) = path.as_deref_mut() {
+                p[at.level] = Some((&at.slots[i], at.used));
+            }
+            if at.level + 1 == LEAF {
+                self.leaf = Some((blo, ptr_of(at.slots[i].load(Relaxed))));
+            }
+            at = Level::child(child, at.level + 1, blo);
+        }
+        Some(at)
+    }
+
+    /// Links `rec` over `[lo, hi]` in one descent when all its slots lie in one table and the
+    /// range is clear there (a granule it covers in part may hold ranges it does not meet): the
+    /// common insert. Returns false, having changed nothing readers can see but empty tables,
+    /// when the general path must run.
+    pub(super) fn link_fast(
+        &mut self,
+        top: Level<'_>,
+        lo: usize,
+        hi: usize,
+        rec: Ptr<Record>,
+    ) -> bool {
+        // The pool case first: one free granule of the cached leaf.
+        if let Some(leaf) = self.cached_leaf(lo, hi) {
+            let i = index(LEAF, lo);
+            if i == index(LEAF, hi) && leaf.slots[i].load(Relaxed) == EMPTY {
+                leaf.set(i, slot_of(rec, REC));
+                return true;
+            }
+        }
+        let at = match self.cached_leaf(lo, hi) {
+            Some(leaf) => leaf,
+            None => match self.split(top, lo, hi, true, None) {
+                Some(at) => at,
+                None => return false,
+            },
+        };
+        let span = at.span(lo, hi);
+        for i in span.clone() {
+            let (blo, bhi) = at.block(i);
+            let cur = at.slots[i].load(Relaxed);
+            let ok = if lo <= blo && bhi <= hi {
+                cur == EMPTY
+            } else {
+                at.level == LEAF && clear_of(cur, lo, hi)
+            };
+            if !ok {
+                return false;
+            }
+        }
+        for i in span {
+            if at.slots[i].load(Relaxed) == EMPTY {
+                at.set(i, slot_of(rec, REC));
+            } else {
+                self.granule_edit(at, i, None, &[rec]);
+            }
+        }
+        true
+    }
+
+    /// The pool case of a free: the range starting at `start` lies in one granule of the cached
+    /// leaf, alone, and the leaf keeps other ranges. Unlinks it in one store and returns it.
+    #[inline(always)]
+    pub(super) fn unlink_single(&mut self, start: usize) -> Option<Ptr<Record>> {
+        let leaf = self.cached_leaf(start, start)?;
+        let i = index(LEAF, start);
+        let cur = leaf.slots[i].load(Relaxed);
+        if tag(cur) != REC || leaf.used.is_none_or(|u| u.load(Relaxed) < 2) {
+            return None;
+        }
+        let p = ptr_of(cur);
+        let (lo, hi) = target::<Record>(cur).span();
+        if lo != start || hi >> SHIFT[LEAF] != lo >> SHIFT[LEAF] {
+            return None;
+        }
+        leaf.set(i, EMPTY);
+        Some(p)
+    }
+
+    /// Unlinks `rec` (linked over `[lo, hi]`) in one descent when all its slots lie in one
+    /// table: the common free. Returns false, changing nothing, when the general path must run.
+    pub(super) fn unlink_fast(
+        &mut self,
+        top: Level<'_>,
+        lo: usize,
+        hi: usize,
+        rec: Ptr<Record>,
+    ) -> bool {
+        let cached = self.cached_leaf(lo, hi);
+        let mine = slot_of(rec, REC);
+        // The pool case first: the range's one granule of the cached leaf, not the last one used.
+        if let Some(leaf) = cached {
+            let i = index(LEAF, lo);
+            if i == index(LEAF, hi)
+                && leaf.slots[i].load(Relaxed) == mine
+                && leaf.used.is_some_and(|u| u.load(Relaxed) > 1)
+            {
+                leaf.set(i, EMPTY);
+                return true;
+            }
+        }
+        let mut path = [None; LEAF];
+        let at = match cached {
+            Some(leaf) => leaf,
+            None => match self.split(top, lo, hi, false, Some(&mut path)) {
+                Some(at) => at,
+                None => return false,
+            },
+        };
+        let span = at.span(lo, hi);
+        for i in span.clone() {
+            let cur = at.slots[i].load(Relaxed);
+            if cur != mine && !(at.level == LEAF && lists(cur, rec)) {
+                return false;
+            }
+        }
+        for i in span {
+            if at.slots[i].load(Relaxed) == mine {
+                at.set(i, EMPTY);
+            } else {
+                self.granule_edit(at, i, Some(rec), &[]);
+            }
+        }
+        if at.used.is_some_and(|u| u.load(Relaxed) != 0) {
+            return true;
+        }
+        if cached.is_some() {
+            // The cached leaf emptied: the way down is needed to free it and what it empties.
+            match self.split(top, lo, hi, false, Some(&mut path)) {
+                Some(at) => self.free_empty(at, &path),
+                None => return true,
+            }
+        } else {
+            self.free_empty(at, &path);
+        }
+        true
+    }
+
+    /// Frees `at` and the tables above it on `path` that are left empty, innermost first.
+    fn free_empty(&mut self, at: Level<'_>, path: &[Option<Parent<'_>>; LEAF]) {
+        let mut used = at.used;
+        for level in (0..at.level).rev() {
+            let (Some(u), Some((slot, parent_used))) = (used, path[level]) else {
+                break;
+            };
+            if u.load(Relaxed) != 0 {
+                break;
+            }
+            let cur = slot.load(Relaxed);
+            slot.store(EMPTY, Release);
+            if let Some(pu) = parent_used {
+                pu.store(pu.load(Relaxed) - 1, Relaxed);
+            }
+            self.free_table(ptr_of(cur));
+            used = parent_used;
+        }
+    }
+}
+
+/// Whether granule slot value `cur` names no range meeting `[lo, hi]`.
+fn clear_of(cur: usize, lo: usize, hi: usize) -> bool {
+    let meets = |p: Ptr<Record>| {
+        let (s, l) = target::<Record>(slot_of(p, REC)).span();
+        s <= hi && l >= lo
+    };
+    match tag(cur) {
+        EMPTY => true,
+        REC => !meets(ptr_of(cur)),
+        BUCKET => !chain_any(target::<Bucket>(cur), meets),
+        _ => false,
+    }
+}
+
+/// Whether granule slot value `cur` is a chain listing `rec`.
+fn lists(cur: usize, rec: Ptr<Record>) -> bool {
+    tag(cur) == BUCKET && chain_any(target::<Bucket>(cur), |p| p == rec)
+}
+
+/// Whether any record of a chain satisfies `f` (writer side).
+fn chain_any(head: &Bucket, f: impl FnMut(Ptr<Record>) -> bool) -> bool {
+    chain_find(head, f).is_some()
+}
+
+/// The first record of a chain that satisfies `f` (writer side).
+fn chain_find(head: &Bucket, mut f: impl FnMut(Ptr<Record>) -> bool) -> Option<Ptr<Record>> {
+    let mut b = Some(head);
+    while let Some(bucket) = b {
+        let n = bucket.len.load(Relaxed).min(BUCKET_CAP);
+        let found = bucket.recs[..n]
+            .iter()
+            .filter_map(|r| Ptr::new(r.load(Relaxed)))
+            .find(|&p| f(p));
+        if found.is_some() {
+            return found;
+        }
+        b = Ptr::new(bucket.next.load(Relaxed)).map(|p| target::<Bucket>(slot_of(p, BUCKET)));
+    }
+    None
+}

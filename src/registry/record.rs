@@ -1,0 +1,192 @@
+//! One allocation record: its range and metadata, readable by lock-free readers while the writer
+//! may be recycling it.
+//!
+//! Records are type-stable (`slab.rs`) and guarded by their own sequence count: the writer makes
+//! the count odd, rewrites the fields, makes it even again. A reader copies the fields between two
+//! loads of the count and keeps the copy only if both loads saw the same even value. The writer
+//! only ever rewrites a record that no slot of the page table links any more, so a reader that
+//! sees an odd or changed count simply starts its lookup again from the root (where it finds the
+//! record's successor, or nothing): it never waits for the writer to finish.
+//!
+//! # Safety
+//!
+//! A [`RawRecord`] is turned into an [`Allocation`] only once it is known consistent: validated
+//! by the count (readers), or read under the writer lock (writer). `api_ptr`/length then come
+//! from one `&'static CStr`.
+#![allow(unsafe_code)]
+
+use core::ffi::CStr;
+use core::ptr;
+use core::sync::atomic::{
+    fence, AtomicPtr, AtomicU64, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
+};
+
+use super::slab::Fresh;
+use super::Allocation;
+use crate::events::MemType;
+
+/// Metadata of one range. 80 bytes; immutable while any slot links it.
+#[repr(C, align(16))]
+pub(super) struct Record {
+    /// Odd while the writer rewrites the fields.
+    pub(super) version: AtomicU64,
+    start: AtomicUsize,
+    size: AtomicUsize,
+    seq: AtomicU64,
+    pool: AtomicUsize,
+    stream: AtomicUsize,
+    context: AtomicUsize,
+    api_ptr: AtomicPtr<u8>,
+    /// `api` length with NUL `<< 8 | mem_type`.
+    api_len_type: AtomicUsize,
+    /// `device as u32 | flags << 32`.
+    dev_flags: AtomicU64,
+}
+
+impl Fresh for Record {
+    fn fresh() -> Self {
+        Record {
+            version: AtomicU64::new(0),
+            start: AtomicUsize::new(0),
+            size: AtomicUsize::new(0),
+            seq: AtomicU64::new(0),
+            pool: AtomicUsize::new(0),
+            stream: AtomicUsize::new(0),
+            context: AtomicUsize::new(0),
+            api_ptr: AtomicPtr::new(ptr::null_mut()),
+            api_len_type: AtomicUsize::new(0),
+            dev_flags: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A plain copy of a record's fields; meaningless until validated.
+#[derive(Clone, Copy)]
+pub(super) struct RawRecord {
+    /// The record's version this copy was validated against (0 for a writer's copy).
+    pub(super) version: u64,
+    pub(super) start: usize,
+    pub(super) size: usize,
+    seq: u64,
+    pool: usize,
+    stream: usize,
+    context: usize,
+    api_ptr: *const u8,
+    api_len_type: usize,
+    dev_flags: u64,
+}
+
+impl Record {
+    #[inline(always)]
+    fn load(&self) -> RawRecord {
+        RawRecord {
+            version: 0,
+            start: self.start.load(Relaxed),
+            size: self.size.load(Relaxed),
+            seq: self.seq.load(Relaxed),
+            pool: self.pool.load(Relaxed),
+            stream: self.stream.load(Relaxed),
+            context: self.context.load(Relaxed),
+            api_ptr: self.api_ptr.load(Relaxed),
+            api_len_type: self.api_len_type.load(Relaxed),
+            dev_flags: self.dev_flags.load(Relaxed),
+        }
+    }
+
+    /// Reader: a consistent copy, or `None` when the writer rewrote the record meanwhile (start
+    /// the lookup again).
+    #[inline(always)]
+    pub(super) fn read(&self) -> Option<RawRecord> {
+        // Acquire: pairs with the Release that ended the last rewrite.
+        let v = self.version.load(Acquire);
+        if v & 1 != 0 {
+            return None;
+        }
+        let raw = RawRecord {
+            version: v,
+            ..self.load()
+        };
+        // Acquire fence: if a load above saw a store of a later rewrite, the version bump that
+        // began it (ordered before it by the writer's Release fence) is visible below.
+        fence(Acquire);
+        (self.version.load(Relaxed) == v).then_some(raw)
+    }
+
+    /// Writer: the range, read under the writer lock.
+    pub(super) fn span(&self) -> (usize, usize) {
+        let start = self.start.load(Relaxed);
+        (start, start + (self.size.load(Relaxed) - 1))
+    }
+
+    /// Writer: the allocation, read under the writer lock.
+    pub(super) fn get(&self) -> Allocation {
+        // SAFETY: under the writer lock nothing rewrites a record; it was completely written by
+        // `store` (module doc).
+        unsafe { self.load().into_allocation() }
+    }
+
+    /// Writer: fills a record that no slot links (readers holding a stale pointer to it will see
+    /// the version change).
+    pub(super) fn store(&self, a: &Allocation) {
+        let api = a.api.to_bytes_with_nul();
+        let mem_type = a.mem_type as i32 as u8 as usize;
+        let v = self.version.load(Relaxed);
+        self.version.store(v.wrapping_add(1), Relaxed);
+        // Release fence: the odd version is visible before any field store below.
+        fence(Release);
+        self.start.store(a.start, Relaxed);
+        self.size.store(a.size, Relaxed);
+        self.seq.store(a.seq, Relaxed);
+        self.pool.store(a.pool, Relaxed);
+        self.stream.store(a.stream, Relaxed);
+        self.context.store(a.context, Relaxed);
+        self.api_ptr.store(api.as_ptr().cast_mut(), Relaxed);
+        self.api_len_type.store(api.len() << 8 | mem_type, Relaxed);
+        self.dev_flags
+            .store(a.device as u32 as u64 | (a.flags as u64) << 32, Relaxed);
+        self.version.store(v.wrapping_add(2), Release);
+    }
+}
+
+impl RawRecord {
+    /// Whether the range holds `ptr`.
+    #[inline(always)]
+    pub(super) fn contains(&self, ptr: usize) -> bool {
+        ptr.wrapping_sub(self.start) < self.size
+    }
+
+    /// Rebuilds the allocation.
+    ///
+    /// # Safety
+    ///
+    /// `self` must be a consistent copy (validated by [`Record::read`], or loaded under the
+    /// writer lock) of a record filled by [`Record::store`].
+    #[inline(always)]
+    pub(super) unsafe fn into_allocation(self) -> Allocation {
+        let len = self.api_len_type >> 8;
+        // SAFETY: per the contract, (api_ptr, len) came from `to_bytes_with_nul` of a
+        // `&'static CStr`: valid for 'static, NUL-terminated, no interior NUL.
+        let api = unsafe {
+            CStr::from_bytes_with_nul_unchecked(core::slice::from_raw_parts(self.api_ptr, len))
+        };
+        let mem_type = match self.api_len_type & 0xff {
+            0 => MemType::Host,
+            1 => MemType::Cuda,
+            2 => MemType::CudaManaged,
+            _ => MemType::Unknown,
+        };
+        Allocation {
+            start: self.start,
+            size: self.size,
+            mem_type,
+            device: self.dev_flags as u32 as i32,
+            flags: (self.dev_flags >> 32) as u32,
+            pool: self.pool,
+            stream: self.stream,
+            context: self.context,
+            api,
+            seq: self.seq,
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! The page table over the address space, and the lock-free lookup that walks it.
+//!
+//! Five levels of slots. A slot of level `l` stands for the aligned block of `1 << SHIFT[l]`
+//! bytes it covers: the top table (65,536 slots) covers 256 TiB per slot, then 512 GiB, 1 GiB,
+//! 2 MiB and, at the leaves, 4 KiB granules. A range is stored as the maximal aligned blocks it
+//! covers, each at the level of its size (a 2 MiB-aligned 2 MiB range is one slot of level 3, a
+//! 4 KiB pool block one slot of level 4), and in the granules it covers only in part. A lookup is
+//! at most five dependent slot loads and one record copy.
+//!
+//! A slot holds nothing, a record (the one range covering the whole block, or the only range
+//! touching a granule), a child table, or — in a granule shared by several ranges — a bucket
+//! chain listing them.
+//!
+//! # Safety
+//!
+//! The *pointer invariant*: a non-null slot value, or a bucket's record pointer or `next`, points
+//! (tag bits aside) at an element of a slab of the type its tag names, owned by the same
+//! registry; slab memory lives until the registry drops. Slab elements are all atomics, so any
+//! contents are valid to read; readers validate what they read (record and bucket versions) and
+//! otherwise start again. Only the writer stores slot values (`edit.rs`, under the writer lock).
+#![allow(unsafe_code)]
+
+use core::ptr;
+use core::sync::atomic::{
+    fence, AtomicPtr, AtomicU64, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
+};
+
+use super::record::{RawRecord, Record};
+use super::slab::{Fresh, Ptr};
+
+/// Block size of a slot of each level (log2 bytes).
+pub(super) const SHIFT: [u32; LEVELS] = [48, 39, 30, 21, 12];
+pub(super) const LEVELS: usize = 5;
+/// The level whose slots are granules (a range may cover them in part).
+pub(super) const LEAF: usize = LEVELS - 1;
+pub(super) const TOP_SLOTS: usize = 1 << (usize::BITS - SHIFT[0]);
+pub(super) const FAN: usize = 1 << (SHIFT[0] - SHIFT[1]);
+
+const _: () = {
+    // The lookup walk is unrolled for exactly these levels.
+    assert!(LEVELS == 5);
+    let mut l = 1;
+    while l < LEVELS {
+        assert!(SHIFT[l - 1] - SHIFT[l] == SHIFT[0] - SHIFT[1]);
+        l += 1;
+    }
+};
+
+/// Slot tags (low two bits; every slab element is at least 16-byte aligned).
+pub(super) const EMPTY: usize = 0;
+pub(super) const REC: usize = 1;
+pub(super) const TAB: usize = 2;
+pub(super) const BUCKET: usize = 3;
+const TAG: usize = 3;
+
+/// Index of the slot holding `addr` in a table of level `l`.
+#[inline(always)]
+pub(super) const fn index(l: usize, addr: usize) -> usize {
+    if l == 0 {
+        addr >> SHIFT[0]
+    } else {
+        (addr >> SHIFT[l]) & (FAN - 1)
+    }
+}
+
+/// A table of levels 1 to 4. `used` counts non-empty slots (writer only), so an empty table can
+/// be unlinked and recycled.
+#[repr(C, align(64))]
+pub(super) struct Table {
+    pub(super) used: AtomicUsize,
+    /// First address of the block the table stands for, `| level` (lets a reader check that a
+    /// table it reached through the hint still stands for its pointer's region).
+    pub(super) base: AtomicUsize,
+    pub(super) slots: [AtomicUsize; FAN],
+}
+
+impl Fresh for Table {
+    fn fresh() -> Self {
+        Table {
+            used: AtomicUsize::new(0),
+            base: AtomicUsize::new(0),
+            slots: [const { AtomicUsize::new(EMPTY) }; FAN],
+        }
+    }
+}
+
+/// The top table, allocated on the first insert and kept until the registry drops.
+pub(super) struct Top {
+    pub(super) slots: [AtomicUsize; TOP_SLOTS],
+}
+
+/// Records per bucket: 128 bytes with the header.
+pub(super) const BUCKET_CAP: usize = 13;
+
+/// The ranges touching one shared granule: a chain of immutable buckets. The writer replaces a
+/// granule's whole chain to change it and recycles the old one, bumping each bucket's version.
+#[repr(C, align(128))]
+pub(super) struct Bucket {
+    pub(super) version: AtomicU64,
+    pub(super) len: AtomicUsize,
+    pub(super) next: AtomicPtr<Bucket>,
+    pub(super) recs: [AtomicPtr<Record>; BUCKET_CAP],
+}
+
+impl Fresh for Bucket {
+    fn fresh() -> Self {
+        Bucket {
+            version: AtomicU64::new(0),
+            len: AtomicUsize::new(0),
+            next: AtomicPtr::new(ptr::null_mut()),
+            recs: [const { AtomicPtr::new(ptr::null_mut()) }; BUCKET_CAP],
+        }
+    }
+}
+
+impl Bucket {
+    /// Writer: fills a bucket no slot links.
+    pub(super) fn store(&self, recs: &[Ptr<Record>], next: Option<Ptr<Bucket>>) {
+        let v = self.version.load(Relaxed);
+        self.version.store(v.wrapping_add(1), Relaxed);
+        fence(Release);
+        self.len.store(recs.len(), Relaxed);
+        for (slot, r) in self.recs.iter().zip(recs) {
+            slot.store(r.as_mut_ptr(), Release);
+        }
+        self.next
+            .store(next.map_or(ptr::null_mut(), |p| p.as_mut_ptr()), Release);
+        self.version.store(v.wrapping_add(2), Release);
+    }
+
+    /// Writer: the records of a chain (read under the writer lock).
+    pub(super) fn collect(&self, out: &mut Vec<Ptr<Record>>) {
+        let mut b = self;
+        loop {
+            let n = b.len.load(Relaxed).min(BUCKET_CAP);
+            out.extend(b.recs[..n].iter().filter_map(|r| Ptr::new(r.load(Relaxed))));
+            match deref(b.next.load(Acquire)) {
+                Some(next) => b = next,
+                None => return,
+            }
+        }
+    }
+}
+
+/// A slot value for `p` with tag `tag`.
+#[inline(always)]
+pub(super) fn slot_of<T>(p: Ptr<T>, tag: usize) -> usize {
+    p.as_mut_ptr() as usize | tag
+}
+
+#[inline(always)]
+pub(super) const fn tag(slot: usize) -> usize {
+    slot & TAG
+}
+
+/// The element a slot value points at, as a handle.
+#[inline(always)]
+pub(super) fn ptr_of<T>(slot: usize) -> Ptr<T> {
+    Ptr::new((slot & !TAG) as *mut T).expect("non-empty slot")
+}
+
+/// Borrows the element a slot value or field points at.
+#[inline(always)]
+pub(super) fn deref<'a, T>(p: *mut T) -> Option<&'a T> {
+    // SAFETY: pointer invariant (module doc): null or a slab element of type `T` that lives as
+    // long as the registry, whose borrow bounds every use of the result; elements are all
+    // atomics, so any contents are valid.
+    unsafe { p.as_ref() }
+}
+
+#[inline(always)]
+pub(super) fn target<'a, T>(slot: usize) -> &'a T {
+    // Non-null by construction (the callers have checked the tag); `deref` handles null anyway.
+    match deref((slot & !TAG) as *mut T) {
+        Some(t) => t,
+        None => unreachable_slot(),
+    }
+}
+
+#[cold]
+fn unreachable_slot() -> ! {
+    // Only reachable if a tagged slot held a null pointer, which the writer never stores. Abort
+    // rather than unwind: lookups run inside `extern "C"` functions.
+    std::process::abort()
+}
+
+/// Why a walk stopped.
+pub(super) enum Found {
+    Hit(RawRecord),
+    Miss,
+    /// A concurrent rewrite was seen: start again.
+    Retry,
+}
+
+/// The range containing `ptr`, lock-free. Retries only when the writer made progress. `hint`
+/// is a level-1 table the writer last linked: a pointer in its region skips the top level.
+#[inline(always)]
+pub(super) fn find(top: &AtomicPtr<Top>, hint: &AtomicPtr<Table>, ptr: usize) -> Option<RawRecord> {
+    loop {
+        match walk(top, hint, ptr) {
+            Found::Hit(r) => return Some(r),
+            Found::Miss => return None,
+            Found::Retry => core::hint::spin_loop(),
+        }
+    }
+}
+
+#[inline(always)]
+fn walk(top: &AtomicPtr<Top>, hint: &AtomicPtr<Table>, ptr: usize) -> Found {
+    let region = ptr & !((1usize << SHIFT[0]) - 1);
+    let (mut at, mut slot);
+    match deref::<Table>(hint.load(Acquire)) {
+        // A stale hint (its table freed, or reused elsewhere) is like a stale table on the
+        // walk: what it yields is validated as any other read.
+        Some(h) if h.base.load(Relaxed) == region | 1 => {
+            at = &h.slots[index(1, ptr)];
+            slot = at.load(Acquire);
+        }
+        _ => {
+            let Some(top) = deref(top.load(Acquire)) else {
+                return Found::Miss;
+            };
+            at = &top.slots[index(0, ptr)];
+            slot = at.load(Acquire);
+            if tag(slot) == TAB {
+                at = &target::<Table>(slot).slots[index(1, ptr)];
+                slot = at.load(Acquire);
+            }
+        }
+    }
+    // The levels below the top, unrolled: constant shifts, no bounds checks.
+    macro_rules! step {
+        ($l:expr) => {
+            if tag(slot) == TAB {
+                at = &target::<Table>(slot).slots[(ptr >> SHIFT[$l]) & (FAN - 1)];
+                slot = at.load(Acquire);
+            }
+        };
+    }
+    step!(2);
+    step!(3);
+    step!(4);
+    if tag(slot) == TAB {
+        // A table where none can be: the path was rebuilt under us.
+        return Found::Retry;
+    }
+    match tag(slot) {
+        REC => {
+            let rec = target::<Record>(slot);
+            match rec.read() {
+                // A consistent copy containing `ptr` was live when the slot was loaded.
+                Some(r) if r.contains(ptr) => Found::Hit(r),
+                Some(r) => still_linked(at, slot, &rec.version, r.version),
+                None => Found::Retry,
+            }
+        }
+        BUCKET => {
+            let head = target::<Bucket>(slot);
+            match scan(head, ptr) {
+                (Found::Miss, v) => still_linked(at, slot, &head.version, v),
+                (other, _) => other,
+            }
+        }
+        _ => Found::Miss,
+    }
+}
+
+/// A miss read in a granule is an answer only if the granule still holds what was read: the same
+/// slot value, naming an element not rewritten since. (A record or chain is immutable while
+/// linked, so what was read was then the granule's content throughout.) Otherwise the element
+/// may have been recycled under the reader while the range it described lives on elsewhere.
+#[inline(always)]
+fn still_linked(at: &AtomicUsize, slot: usize, version: &AtomicU64, seen: u64) -> Found {
+    // Acquire fence: the reloads below happen after every load of the walk.
+    fence(Acquire);
+    if at.load(Relaxed) == slot && version.load(Relaxed) == seen {
+        Found::Miss
+    } else {
+        Found::Retry
+    }
+}
+
+/// Looks for `ptr` in a shared granule's chain; on a miss also returns the head's version.
+#[cold]
+fn scan(head: &Bucket, ptr: usize) -> (Found, u64) {
+    let mut b = head;
+    let mut head_version = None;
+    loop {
+        let v = b.version.load(Acquire);
+        if v & 1 != 0 {
+            return (Found::Retry, 0);
+        }
+        let n = b.len.load(Relaxed).min(BUCKET_CAP);
+        for r in &b.recs[..n] {
+            let Some(rec) = deref(r.load(Acquire)) else {
+                continue;
+            };
+            match rec.read() {
+                // A consistent copy containing `ptr` was live when the chain was linked.
+                Some(raw) if raw.contains(ptr) => return (Found::Hit(raw), 0),
+                Some(_) => {}
+                None => return (Found::Retry, 0),
+            }
+        }
+        let next = b.next.load(Acquire);
+        fence(Acquire);
+        if b.version.load(Relaxed) != v {
+            return (Found::Retry, 0);
+        }
+        let hv = *head_version.get_or_insert(v);
+        match deref(next) {
+            Some(n) => b = n,
+            None => return (Found::Miss, hv),
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! `fork()` while another thread writes the process-wide registry (what every hooked allocation
+//! and free does): the child must be able to write it too (issue 12, item 5: it used to inherit
+//! the writer lock held by a thread that does not exist in the child, and hang).
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use crate::registry::{global, Allocation};
+
+/// Waits for `pid` up to `limit`; kills it and returns `None` if it is still running then.
+fn wait_for(pid: libc::pid_t, limit: Duration) -> Option<libc::c_int> {
+    let until = Instant::now() + limit;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child, with a valid out-parameter.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            return Some(status);
+        }
+        if Instant::now() > until {
+            // SAFETY: kill and reap our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn registry_fork_while_another_thread_writes() {
+    super::super::fork::protect();
+    const BASE: usize = 0x5a00_0000_0000;
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut i = 0usize;
+            while !stop.load(Relaxed) {
+                let start = BASE + (i % 1024) * 4096;
+                global().insert(Allocation::new(start, 4096, c"cuMemAllocAsync"));
+                global().remove_allocation(start);
+                i += 1;
+            }
+        });
+        for round in 0..100 {
+            // SAFETY: the child only touches the registry (allocation-free on this path once its
+            // slabs exist, and malloc is fork-safe in glibc) and leaves with `_exit`.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                let start = BASE + (1 << 30);
+                global().insert(Allocation::new(start, 4096, c"child"));
+                let ok = global().remove_allocation(start).is_some();
+                // SAFETY: leave the child without running the parent's atexit handlers.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+            }
+            let status = wait_for(pid, Duration::from_secs(5));
+            if status.is_none() {
+                stop.store(true, Relaxed);
+            }
+            let status = status.unwrap_or_else(|| panic!("child {round} hung"));
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "child {round} failed: status {status:#x}"
+            );
+        }
+        stop.store(true, Relaxed);
+    });
+}
