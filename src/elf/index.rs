@@ -207,6 +207,12 @@ impl ObjectIndex {
             .and_then(|v| std::str::from_utf8(name_of(&self.arena, v)).ok())
     }
 
+    /// Whether any slot is a non-PIE executable's canonical PLT import (see
+    /// [`Slot::canonical_plt`]); almost always only the main program has them.
+    pub fn has_canonical_plt(&self) -> bool {
+        self.entries.iter().any(|e| e.slot.canonical_plt.is_some())
+    }
+
     /// Number of hookable slots.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -20,11 +20,16 @@ pub struct LoadedObject {
     pub name: String,
     /// Copy of the program headers.
     pub phdrs: Vec<Elf64_Phdr>,
-    /// Position in the loader's list (0 is the main program).
+    /// Position in the loader's list (0 is the main program); [`Self::UNKNOWN_POSITION`]
+    /// for an object described through its handle rather than found by a walk.
     pub position: usize,
 }
 
 impl LoadedObject {
+    /// The position of an object that was not found by walking the list (never the main
+    /// program).
+    pub const UNKNOWN_POSITION: usize = usize::MAX;
+
     /// A human-readable name: the path, or `<main program>`.
     pub fn display_name(&self) -> &str {
         if self.name.is_empty() {

@@ -2,7 +2,8 @@
 //! patch and restore slots. One lock (the patch lock) serialises every operation.
 
 use std::cell::Cell;
-use std::ffi::CStr;
+use std::collections::{HashMap, HashSet};
+use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,7 +14,7 @@ use crate::{Error, Result};
 
 use super::diagnostics::{push_bounded, Conflict, Diagnostics, ForeignSlot};
 use super::interpose::{dl_hook_set, publish, DL_SET_NAME};
-use super::loader::{clear_dlerror, lookup_global, Pin};
+use super::loader::{clear_dlerror, lookup_global, object_at, Pin};
 use super::set::{Hook, HookSet};
 use super::skip::{exclude_list, skip_reason};
 
@@ -23,10 +24,23 @@ struct InstalledSet {
     refs: usize,
 }
 
+/// An object the engine has seen: indexed, or left alone (skipped, unreadable).
+struct Known {
+    object: Arc<LoadedObject>,
+    index: Option<Arc<ObjectIndex>>,
+    /// Its `struct link_map`, once learnt (0 until then): what `dlclose` hands us.
+    link_map: usize,
+}
+
 pub(crate) struct State {
     sets: Vec<InstalledSet>,
     pub(crate) journal: Journal,
-    known: Vec<Arc<ObjectIndex>>,
+    /// Every object seen in the loader's list, by load bias (then name).
+    known: Option<HashMap<usize, Vec<Known>>>,
+    /// link map → load bias of the known object, for `dlclose`.
+    by_link_map: Option<HashMap<usize, usize>>,
+    /// Indexes with canonical PLT imports (non-PIE executables), which every resolution checks.
+    canonical: Vec<Arc<ObjectIndex>>,
     last_counters: Counters,
     pub(crate) diag: Diagnostics,
     next_id: u64,
@@ -39,7 +53,9 @@ pub(crate) struct State {
 static STATE: spin::Mutex<State> = spin::Mutex::new(State {
     sets: Vec::new(),
     journal: Journal::new(),
-    known: Vec::new(),
+    known: None,
+    by_link_map: None,
+    canonical: Vec::new(),
     last_counters: Counters { adds: 0, subs: 0 },
     diag: Diagnostics::new(),
     next_id: 1,
@@ -148,11 +164,7 @@ pub(crate) fn install(set: &HookSet) -> Result<u64> {
 /// installed set, forget objects that were unloaded. Cheap when nothing changed (one
 /// `dl_iterate_phdr` step, no lock). `patience`: how long to wait for a busy engine.
 pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
-    // Fast path: nothing was loaded or unloaded since the last scan (no lock, no allocation).
-    let now = elf::counters();
-    if now.adds == SCANNED_ADDS.load(Ordering::Acquire)
-        && now.subs == SCANNED_SUBS.load(Ordering::Acquire)
-    {
+    if unchanged() {
         return Ok(0);
     }
     let Some(mut op) = Operation::begin(patience) else {
@@ -162,6 +174,45 @@ pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
         return Err(busy());
     };
     Ok(op.state().catch_up())
+}
+
+/// After a successful `dlopen` that returned `handle`: like [`rescan`], but when the loader's
+/// counters say exactly one object was added since the last scan and `handle`'s object is
+/// unknown, that object is the new one: it is described through the handle and patched
+/// while the handle pins it, without walking the list of loaded objects or pinning by name.
+///
+/// # Safety
+/// `handle` must be the live handle the real `dlopen` just returned, not yet handed to the
+/// caller (so nobody can close it meanwhile).
+#[allow(unsafe_code)]
+pub(crate) unsafe fn rescan_opened(
+    handle: *mut c_void,
+    patience: Option<Duration>,
+) -> Result<usize> {
+    if unchanged() {
+        return Ok(0);
+    }
+    let mut op = Operation::begin(patience).ok_or_else(busy)?;
+    // SAFETY: forwarded from the caller.
+    Ok(unsafe { op.state().opened(handle) })
+}
+
+/// After a successful `dlclose(handle)`: like [`rescan`], but when exactly one object was
+/// removed since the last scan and it is the known object of `handle`, and glibc confirms that
+/// nothing is mapped there any more, only that object is forgotten (no walk).
+pub(crate) fn rescan_closed(handle: *mut c_void, patience: Option<Duration>) -> Result<usize> {
+    if unchanged() {
+        return Ok(0);
+    }
+    let mut op = Operation::begin(patience).ok_or_else(busy)?;
+    Ok(op.state().closed(handle as usize))
+}
+
+/// Nothing was loaded or unloaded since the last scan (no lock, no allocation).
+fn unchanged() -> bool {
+    let now = elf::counters();
+    now.adds == SCANNED_ADDS.load(Ordering::Acquire)
+        && now.subs == SCANNED_SUBS.load(Ordering::Acquire)
 }
 
 /// Record that `object` was opened into another namespace and is not patched.
@@ -216,18 +267,6 @@ pub(crate) fn uninstall(id: u64) -> Result<UninstallReport> {
     Ok(report)
 }
 
-fn protection_map(addresses: impl Iterator<Item = usize>) -> Result<ProtectionMap> {
-    let (mut lo, mut hi) = (usize::MAX, 0usize);
-    for a in addresses {
-        lo = lo.min(a);
-        hi = hi.max(a + 8);
-    }
-    if lo >= hi {
-        return Ok(ProtectionMap::default());
-    }
-    ProtectionMap::read(lo, hi)
-}
-
 /// One slot write decided before any write is made.
 struct Plan {
     set_id: u64,
@@ -251,7 +290,9 @@ impl State {
             }
         }
         if grew {
-            self.known.clear();
+            self.known = None;
+            self.by_link_map = None;
+            self.canonical.clear();
         }
     }
 
@@ -268,29 +309,33 @@ impl State {
         self.dirty = true;
         let entries = self.journal.take_set(set_id);
         let snap = elf::snapshot();
-        let loaded = |o: &LoadedObject| {
-            snap.objects
-                .iter()
-                .any(|s| s.base == o.base && s.name == o.name)
-        };
-        let mut pins: Vec<(usize, String, Pin)> = Vec::new();
+        let loaded: HashSet<(usize, &str)> = snap
+            .objects
+            .iter()
+            .map(|o| (o.base, o.name.as_str()))
+            .collect();
+        // One pin per object (entries share their object's `Arc`); `None`: gone or unpinnable.
+        let mut pins: HashMap<usize, Option<Pin>> = HashMap::new();
         let mut report = UninstallReport::default();
         let mut writable = Vec::new();
         for e in entries {
             let pinned = pins
-                .iter()
-                .any(|(b, n, _)| *b == e.object.base && *n == e.object.name)
-                || (loaded(&e.object)
-                    && Pin::object(&e.object)
-                        .map(|p| pins.push((e.object.base, e.object.name.clone(), p)))
-                        .is_some());
+                .entry(Arc::as_ptr(&e.object) as usize)
+                .or_insert_with(|| {
+                    if loaded.contains(&(e.object.base, e.object.name.as_str())) {
+                        Pin::object(&e.object)
+                    } else {
+                        None
+                    }
+                })
+                .is_some();
             if pinned {
                 writable.push(e);
             } else {
                 report.gone += 1;
             }
         }
-        let maps = match protection_map(writable.iter().map(|e| e.address)) {
+        let maps = match ProtectionMap::for_addresses(writable.iter().map(|e| e.address)) {
             Ok(m) => m,
             Err(e) => {
                 // Nothing was written: keep the entries, so a later uninstall can retry.
@@ -331,31 +376,30 @@ impl State {
         Ok(report)
     }
 
-    /// Sync the object cache with the loader's list: drop what was unloaded (and its journal
-    /// entries: those slots no longer exist), index what is new. Returns (all, new).
-    fn refresh(
-        &mut self,
-        objects: &[Arc<LoadedObject>],
-    ) -> (Vec<Arc<ObjectIndex>>, Vec<Arc<ObjectIndex>>) {
-        let same = |a: &LoadedObject, b: &LoadedObject| a.base == b.base && a.name == b.name;
+    /// The known object with this load bias and name.
+    fn find_known(&self, base: usize, name: &str) -> Option<&Known> {
         self.known
-            .retain(|k| objects.iter().any(|o| same(o, &k.object)));
-        self.journal
-            .forget_objects(|o| !objects.iter().any(|s| same(s, o)));
-        let exclude = exclude_list();
-        let (mut all, mut new) = (Vec::new(), Vec::new());
-        for obj in objects {
-            if let Some(k) = self.known.iter().find(|k| same(&k.object, obj)) {
-                all.push(k.clone());
-                continue;
-            }
-            if let Some(reason) = skip_reason(obj, &exclude) {
-                push_bounded(
-                    &mut self.diag.skipped,
-                    (obj.display_name().to_owned(), reason),
-                );
-                continue;
-            }
+            .as_ref()?
+            .get(&base)?
+            .iter()
+            .find(|k| k.object.name == name)
+    }
+
+    /// Take a new object into the cache: index it, or note why it is left alone. Returns its
+    /// index when it has one.
+    fn admit(
+        &mut self,
+        obj: Arc<LoadedObject>,
+        link_map: usize,
+        exclude: &[String],
+    ) -> Option<Arc<ObjectIndex>> {
+        let index = if let Some(reason) = skip_reason(&obj, exclude) {
+            push_bounded(
+                &mut self.diag.skipped,
+                (obj.display_name().to_owned(), reason),
+            );
+            None
+        } else {
             let wanted = &self.wanted;
             match ObjectIndex::build(obj.clone(), &|n| {
                 wanted.binary_search_by(|w| w.as_slice().cmp(n)).is_ok()
@@ -363,11 +407,108 @@ impl State {
                 Ok(idx) => {
                     let idx = Arc::new(idx);
                     self.diag.objects_indexed += 1;
-                    self.known.push(idx.clone());
-                    all.push(idx.clone());
-                    new.push(idx);
+                    if idx.has_canonical_plt() {
+                        self.canonical.push(idx.clone());
+                    }
+                    Some(idx)
                 }
-                Err(e) => push_bounded(&mut self.diag.unreadable, e.to_string()),
+                Err(e) => {
+                    push_bounded(&mut self.diag.unreadable, e.to_string());
+                    None
+                }
+            }
+        };
+        let base = obj.base;
+        self.known
+            .get_or_insert_with(HashMap::new)
+            .entry(base)
+            .or_default()
+            .push(Known {
+                object: obj,
+                index: index.clone(),
+                link_map: 0,
+            });
+        if link_map != 0 {
+            self.learn_link_map(base, link_map);
+        }
+        index
+    }
+
+    /// Remember which link map the known object at `base` has (the last one admitted there).
+    fn learn_link_map(&mut self, base: usize, link_map: usize) {
+        if let Some(k) = self
+            .known
+            .as_mut()
+            .and_then(|m| m.get_mut(&base))
+            .and_then(|v| v.last_mut())
+        {
+            k.link_map = link_map;
+            self.by_link_map
+                .get_or_insert_with(HashMap::new)
+                .insert(link_map, base);
+        }
+    }
+
+    /// Forget an unloaded object: its cache entry and its journal entries (those slots no
+    /// longer exist).
+    fn forget(&mut self, obj: &Arc<LoadedObject>) {
+        if let Some(list) = self.known.as_mut().and_then(|m| m.get_mut(&obj.base)) {
+            if let Some(pos) = list.iter().position(|k| Arc::ptr_eq(&k.object, obj)) {
+                let k = list.swap_remove(pos);
+                if list.is_empty() {
+                    self.known.as_mut().map(|m| m.remove(&obj.base));
+                }
+                if k.link_map != 0 {
+                    if let Some(m) = &mut self.by_link_map {
+                        if m.get(&k.link_map) == Some(&obj.base) {
+                            m.remove(&k.link_map);
+                        }
+                    }
+                }
+                if k.index.as_ref().is_some_and(|i| i.has_canonical_plt()) {
+                    self.canonical.retain(|c| !Arc::ptr_eq(&c.object, obj));
+                }
+            }
+        }
+        self.journal.forget_object(obj);
+    }
+
+    /// Sync the object cache with the loader's list: drop what was unloaded (and its journal
+    /// entries), index what is new. Linear in the number of objects. Returns (all, new).
+    fn refresh(
+        &mut self,
+        objects: &[Arc<LoadedObject>],
+    ) -> (Vec<Arc<ObjectIndex>>, Vec<Arc<ObjectIndex>>) {
+        let mut present: HashSet<usize> = HashSet::with_capacity(objects.len());
+        let (mut all, mut fresh) = (Vec::new(), Vec::new());
+        for obj in objects {
+            if let Some(k) = self.find_known(obj.base, &obj.name) {
+                present.insert(Arc::as_ptr(&k.object) as usize);
+                all.extend(k.index.clone());
+            } else {
+                fresh.push(obj.clone());
+            }
+        }
+        let gone: Vec<Arc<LoadedObject>> = self
+            .known
+            .iter()
+            .flat_map(|m| m.values().flatten())
+            .filter(|k| !present.contains(&(Arc::as_ptr(&k.object) as usize)))
+            .map(|k| k.object.clone())
+            .collect();
+        for g in &gone {
+            self.forget(g);
+        }
+        let exclude = if fresh.is_empty() {
+            Vec::new()
+        } else {
+            exclude_list()
+        };
+        let mut new = Vec::new();
+        for obj in fresh {
+            if let Some(idx) = self.admit(obj, 0, &exclude) {
+                all.push(idx.clone());
+                new.push(idx);
             }
         }
         (all, new)
@@ -387,6 +528,63 @@ impl State {
         patched
     }
 
+    /// The `dlopen` fast path (see [`rescan_opened`]).
+    ///
+    /// # Safety
+    /// As [`rescan_opened`].
+    #[allow(unsafe_code)]
+    unsafe fn opened(&mut self, handle: *mut c_void) -> usize {
+        let now = elf::counters();
+        let last = self.last_counters;
+        if now.subs == last.subs && now.adds == last.adds.wrapping_add(1) && self.known.is_some() {
+            // SAFETY: the caller holds `handle` open for the whole call.
+            let pin = unsafe { Pin::borrowed(handle) };
+            if let Some((obj, link_map)) = pin.describe() {
+                if self.find_known(obj.base, &obj.name).is_none() {
+                    // One object was added since the last scan and this one is new: it is that
+                    // object.
+                    self.diag.quick_scans += 1;
+                    self.last_counters = now;
+                    let exclude = exclude_list();
+                    let patched = match self.admit(Arc::new(obj), link_map, &exclude) {
+                        Some(idx) if !idx.is_empty() => self.patch_new(vec![(idx, pin)]),
+                        _ => 0,
+                    };
+                    return patched + self.catch_up();
+                }
+            }
+        }
+        self.catch_up()
+    }
+
+    /// The `dlclose` fast path (see [`rescan_closed`]).
+    fn closed(&mut self, link_map: usize) -> usize {
+        let now = elf::counters();
+        let last = self.last_counters;
+        if now.adds == last.adds && now.subs == last.subs.wrapping_add(1) {
+            let obj = self
+                .by_link_map
+                .as_ref()
+                .and_then(|m| m.get(&link_map))
+                .and_then(|&base| self.known.as_ref()?.get(&base))
+                .and_then(|v| v.iter().find(|k| k.link_map == link_map))
+                .map(|k| k.object.clone());
+            if let Some(obj) = obj {
+                let probe = obj.segments().next().map(|(start, _, _)| start);
+                // Gone when no object covers its first segment any more, or another one does.
+                let gone = probe
+                    .and_then(object_at)
+                    .is_some_and(|found| found != Some(link_map));
+                if gone {
+                    self.diag.quick_scans += 1;
+                    self.forget(&obj);
+                    self.last_counters = now;
+                }
+            }
+        }
+        self.catch_up()
+    }
+
     /// Take a snapshot of the loaded objects and sync with it: unloaded objects are forgotten,
     /// new ones indexed and patched with every installed set. Returns every known object and
     /// the number of slots patched.
@@ -394,25 +592,48 @@ impl State {
         let snap = elf::snapshot();
         let (all, new) = self.refresh(&snap.objects);
         self.last_counters = snap.counters;
-        let patched = self.patch_new(&new);
+        let pinned = self.pin(&new);
+        let patched = self.patch_new(pinned);
         (all, patched)
+    }
+
+    /// Pin the objects that have slots to patch (objects without any cannot need a write),
+    /// and learn their link maps.
+    fn pin(&mut self, objects: &[Arc<ObjectIndex>]) -> Vec<(Arc<ObjectIndex>, Pin)> {
+        let mut pinned = Vec::new();
+        for idx in objects.iter().filter(|i| !i.is_empty()) {
+            match Pin::object(&idx.object) {
+                Some(pin) => {
+                    if let Some(map) = pin.link_map() {
+                        self.learn_link_map(idx.object.base, map);
+                    }
+                    pinned.push((idx.clone(), pin));
+                }
+                None => push_bounded(
+                    &mut self.diag.unpinnable,
+                    idx.object.display_name().to_owned(),
+                ),
+            }
+        }
+        pinned
     }
 
     /// Patch objects that appeared since the last scan with every installed set, and note those
     /// whose constructors already ran unhooked.
-    fn patch_new(&mut self, new: &[Arc<ObjectIndex>]) -> usize {
-        if new.is_empty() {
+    fn patch_new(&mut self, pinned: Vec<(Arc<ObjectIndex>, Pin)>) -> usize {
+        if pinned.is_empty() {
             return 0;
         }
         let ids: Vec<u64> = self.sets.iter().map(|s| s.id).collect();
-        let journal_before = self.journal.entries().len();
-        let patched = self.patch(&ids, new);
-        let late: Vec<String> = self.journal.entries()
-            [journal_before.min(self.journal.entries().len())..]
-            .iter()
+        let mark = self.journal.mark();
+        let patched = self.patch_pinned(&ids, &pinned);
+        let late: Vec<String> = self
+            .journal
+            .since(mark)
             .filter(|e| {
-                new.iter()
-                    .any(|n| Arc::ptr_eq(&n.object, &e.object) && n.has_constructors)
+                pinned
+                    .iter()
+                    .any(|(n, _)| Arc::ptr_eq(&n.object, &e.object) && n.has_constructors)
             })
             .map(|e| e.object.display_name().to_owned())
             .collect();
@@ -428,15 +649,13 @@ impl State {
         if objects.is_empty() || set_ids.is_empty() {
             return 0;
         }
-        let mut pinned: Vec<(Arc<ObjectIndex>, Pin)> = Vec::new();
-        for idx in objects {
-            match Pin::object(&idx.object) {
-                Some(pin) => pinned.push((idx.clone(), pin)),
-                None => push_bounded(
-                    &mut self.diag.unpinnable,
-                    idx.object.display_name().to_owned(),
-                ),
-            }
+        let pinned = self.pin(objects);
+        self.patch_pinned(set_ids, &pinned)
+    }
+
+    fn patch_pinned(&mut self, set_ids: &[u64], pinned: &[(Arc<ObjectIndex>, Pin)]) -> usize {
+        if pinned.is_empty() {
+            return 0;
         }
         let mut plans = Vec::new();
         for &id in set_ids {
@@ -449,10 +668,10 @@ impl State {
                 continue;
             };
             for hook in &hooks {
-                self.plan_hook(id, hook, &pinned, &mut plans);
+                self.plan_hook(id, hook, pinned, &mut plans);
             }
         }
-        self.write(plans, &pinned)
+        self.write(plans, pinned)
     }
 
     fn plan_hook(
@@ -468,7 +687,7 @@ impl State {
         if !any_slot && hook.original.get() != 0 {
             return;
         }
-        let resolver = Resolver::new(hook, pinned, &self.known);
+        let resolver = Resolver::new(hook, pinned, &self.canonical, self.known.as_ref());
         let mut original = resolver.definition(hook.version.as_deref(), None);
         if original == 0 {
             // Not in the global scope (a library loaded RTLD_LOCAL): its own scope knows it.
@@ -482,11 +701,7 @@ impl State {
         // different definition found later (another copy of the library) must not replace it;
         // slots bound to that one are conflicts instead.
         let published = hook.original.get();
-        let live = self
-            .journal
-            .entries()
-            .iter()
-            .any(|e| e.set_id == set_id && &*e.symbol == hook.symbol());
+        let live = self.journal.has_symbol(set_id, hook.symbol());
         if published != 0 && live {
             original = published;
         }
@@ -538,7 +753,7 @@ impl State {
     }
 
     fn write(&mut self, plans: Vec<Plan>, pinned: &[(Arc<ObjectIndex>, Pin)]) -> usize {
-        let maps = match protection_map(plans.iter().map(|p| p.slot.address)) {
+        let maps = match ProtectionMap::for_addresses(plans.iter().map(|p| p.slot.address)) {
             Ok(m) => m,
             Err(e) => {
                 push_bounded(&mut self.diag.unreadable, e.to_string());
@@ -546,7 +761,7 @@ impl State {
             }
         };
         let mut written = 0;
-        let batch_start = self.journal.entries().len();
+        let batch_start = self.journal.mark();
         for p in plans {
             let name = p.index.object.display_name();
             let mut expected = p.expected;
@@ -578,7 +793,7 @@ impl State {
                             .find(|(i, _)| Arc::ptr_eq(i, &p.index))
                             .map(|(_, pin)| pin);
                         let rebound = pin.map(|pin| {
-                            Resolver::new(&p.hook, pinned, &self.known)
+                            Resolver::new(&p.hook, pinned, &self.canonical, self.known.as_ref())
                                 .binding(actual, p.slot, &p.index, pin)
                         });
                         if actual == p.hook.replacement || rebound != Some(p.original) {
@@ -602,9 +817,8 @@ impl State {
     /// resolved function over our hook when it finishes. Look at the slots of this batch once
     /// more and patch again any that now hold exactly their original.
     fn recheck(&mut self, batch_start: usize, maps: &ProtectionMap) {
-        let end = self.journal.entries().len();
-        for i in batch_start..end {
-            let e = self.journal.entries()[i].clone();
+        let batch: Vec<JournalEntry> = self.journal.since(batch_start).cloned().collect();
+        for e in batch {
             // SAFETY: the object is still pinned by the caller and the slot was just written.
             #[allow(unsafe_code)]
             let now = unsafe { read_slot(e.address) };
@@ -632,7 +846,7 @@ impl State {
     }
 
     /// Every live patch.
-    pub(crate) fn entries(&self) -> &[JournalEntry] {
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &JournalEntry> + '_ {
         self.journal.entries()
     }
 
@@ -648,15 +862,18 @@ struct Resolver<'a> {
     /// Canonical PLT entries (non-PIE executables) of this symbol: addresses that *look* like
     /// the function but jump through a GOT slot we may have patched.
     canonical: Vec<usize>,
+    /// Every known object, for the rare search behind a canonical entry.
+    known: Option<&'a HashMap<usize, Vec<Known>>>,
 }
 
 impl<'a> Resolver<'a> {
     fn new(
         hook: &'a Hook,
         pinned: &'a [(Arc<ObjectIndex>, Pin)],
-        known: &[Arc<ObjectIndex>],
+        canonical: &[Arc<ObjectIndex>],
+        known: Option<&'a HashMap<usize, Vec<Known>>>,
     ) -> Self {
-        let canonical = known
+        let canonical = canonical
             .iter()
             .flat_map(|i| {
                 i.slots(hook.symbol(), None)
@@ -668,6 +885,7 @@ impl<'a> Resolver<'a> {
             symbol: &hook.symbol,
             pinned,
             canonical,
+            known,
         }
     }
 
@@ -681,12 +899,25 @@ impl<'a> Resolver<'a> {
             }
         }
         if found != 0 && self.canonical.contains(&found) {
+            // Behind a non-PIE executable's canonical entry: the definition is in the scope of
+            // some other object. Ask the pinned ones first, then pin others one by one (only
+            // programs that take the address of a hooked function come here).
+            let real = |a: usize| a != 0 && !self.canonical.contains(&a);
             found = self
                 .pinned
                 .iter()
                 .filter(|(i, _)| i.object.position != 0)
                 .map(|(_, p)| p.lookup(self.symbol, version))
-                .find(|&a| a != 0 && !self.canonical.contains(&a))
+                .find(|&a| real(a))
+                .or_else(|| {
+                    self.known?
+                        .values()
+                        .flatten()
+                        .filter(|k| k.object.position != 0 && k.index.is_some())
+                        .filter_map(|k| Pin::object(&k.object))
+                        .map(|p| p.lookup(self.symbol, version))
+                        .find(|&a| real(a))
+                })
                 .unwrap_or(0);
         }
         found
@@ -719,6 +950,7 @@ impl Diagnostics {
             resolver_races: 0,
             objects_indexed: 0,
             rescans: 0,
+            quick_scans: 0,
             deferred_scans: 0,
         }
     }

@@ -120,7 +120,6 @@ pub struct PatchedSlot {
 pub fn patched_slots() -> Vec<PatchedSlot> {
     engine::with_state(|st| {
         st.entries()
-            .iter()
             .map(|e| PatchedSlot {
                 set: st.set_name(e.set_id).unwrap_or("?").to_owned(),
                 object: e.object.display_name().to_owned(),
