@@ -149,13 +149,15 @@ pub(crate) fn install(set: &HookSet) -> Result<u64> {
     st.want(&dl_set);
     st.want(set);
     let (all, _) = st.sync();
-    // The loader interposers come with the first set, so later dlopens get patched too.
+    // The loader interposers come with the first set, so later dlopens get patched too. Both
+    // sets are applied in one batch: each object is pinned once.
+    let mut ids = Vec::with_capacity(2);
     if !st.sets.iter().any(|s| s.set.name == DL_SET_NAME) {
-        let dl = st.add_set(dl_set);
-        st.patch(&[dl], &all);
+        ids.push(st.add_set(dl_set));
     }
     let id = st.add_set(set.clone());
-    st.patch(&[id], &all);
+    ids.push(id);
+    st.patch(&ids, &all);
     st.catch_up();
     Ok(id)
 }
@@ -400,10 +402,7 @@ impl State {
             );
             None
         } else {
-            let wanted = &self.wanted;
-            match ObjectIndex::build(obj.clone(), &|n| {
-                wanted.binary_search_by(|w| w.as_slice().cmp(n)).is_ok()
-            }) {
+            match ObjectIndex::build(obj.clone(), Some(&self.wanted)) {
                 Ok(idx) => {
                     let idx = Arc::new(idx);
                     self.diag.objects_indexed += 1;
@@ -547,7 +546,7 @@ impl State {
                     self.last_counters = now;
                     let exclude = exclude_list();
                     let patched = match self.admit(Arc::new(obj), link_map, &exclude) {
-                        Some(idx) if !idx.is_empty() => self.patch_new(vec![(idx, pin)]),
+                        Some(idx) if matters(&idx) => self.patch_new(vec![(idx, pin)]),
                         _ => 0,
                     };
                     return patched + self.catch_up();
@@ -597,11 +596,11 @@ impl State {
         (all, patched)
     }
 
-    /// Pin the objects that have slots to patch (objects without any cannot need a write),
-    /// and learn their link maps.
+    /// Pin the objects that matter to a patch: those with slots, and those that may define a
+    /// hooked function (their scope is searched for originals); learn their link maps.
     fn pin(&mut self, objects: &[Arc<ObjectIndex>]) -> Vec<(Arc<ObjectIndex>, Pin)> {
         let mut pinned = Vec::new();
-        for idx in objects.iter().filter(|i| !i.is_empty()) {
+        for idx in objects.iter().filter(|i| matters(i)) {
             match Pin::object(&idx.object) {
                 Some(pin) => {
                     if let Some(map) = pin.link_map() {
@@ -688,7 +687,16 @@ impl State {
             return;
         }
         let resolver = Resolver::new(hook, pinned, &self.canonical, self.known.as_ref());
-        let mut original = resolver.definition(hook.version.as_deref(), None);
+        // While slots of this hook are patched, its published original is what they call: a
+        // different definition found later (another copy of the library) must not replace it;
+        // slots bound to that one are conflicts instead.
+        let published = hook.original.get();
+        let live = published != 0 && self.journal.has_symbol(set_id, hook.symbol());
+        let mut original = if live {
+            published
+        } else {
+            resolver.definition(hook.version.as_deref(), None)
+        };
         if original == 0 {
             // Not in the global scope (a library loaded RTLD_LOCAL): its own scope knows it.
             original = pinned
@@ -696,14 +704,6 @@ impl State {
                 .map(|(_, p)| p.lookup(&hook.symbol, hook.version.as_deref()))
                 .find(|&a| a != 0 && !resolver.canonical.contains(&a))
                 .unwrap_or(0);
-        }
-        // While slots of this hook are patched, its published original is what they call: a
-        // different definition found later (another copy of the library) must not replace it;
-        // slots bound to that one are conflicts instead.
-        let published = hook.original.get();
-        let live = self.journal.has_symbol(set_id, hook.symbol());
-        if published != 0 && live {
-            original = published;
         }
         let first = plans.len();
         for (idx, pin) in pinned {
@@ -816,7 +816,7 @@ impl State {
     /// A thread already inside the lazy-binding resolver for a slot we just patched writes the
     /// resolved function over our hook when it finishes. Look at the slots of this batch once
     /// more and patch again any that now hold exactly their original.
-    fn recheck(&mut self, batch_start: usize, maps: &ProtectionMap) {
+    fn recheck(&mut self, batch_start: u64, maps: &ProtectionMap) {
         let batch: Vec<JournalEntry> = self.journal.since(batch_start).cloned().collect();
         for e in batch {
             // SAFETY: the object is still pinned by the caller and the slot was just written.
@@ -853,6 +853,12 @@ impl State {
     pub(crate) fn set_name(&self, id: u64) -> Option<&str> {
         self.sets.iter().find(|s| s.id == id).map(|s| s.set.name())
     }
+}
+
+/// Whether a patch has anything to do with this object: slots to write, or definitions of
+/// hooked functions to find.
+fn matters(idx: &ObjectIndex) -> bool {
+    !idx.is_empty() || idx.defines_wanted
 }
 
 /// Finds the function a symbol really resolves to, never a PLT stub.

@@ -2,9 +2,9 @@
 //!
 //! Kept in patch order, with indexes so that the questions asked on every `dlopen` and
 //! `dlclose` ("is this slot patched?", "is this hook live anywhere?", "drop this object's
-//! entries") cost O(1) or O(entries of that object), never O(all entries).
+//! entries") cost O(1) or O(log n) per entry concerned, never O(all entries).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use region::Protection;
@@ -31,13 +31,13 @@ pub struct JournalEntry {
 /// All live patches, in the order they were made.
 #[derive(Debug, Default)]
 pub struct Journal {
-    /// Patch order; removed entries leave `None` until the next compaction.
-    entries: Vec<Option<JournalEntry>>,
-    live: usize,
-    /// (set, slot address) → position in `entries`.
-    by_slot: Option<HashMap<(u64, usize), usize>>,
-    /// Object (its `Arc` address) → positions of its entries.
-    by_object: Option<HashMap<usize, Vec<usize>>>,
+    /// Sequence number (patch order) → entry.
+    entries: BTreeMap<u64, JournalEntry>,
+    next: u64,
+    /// (set, slot address) → sequence number.
+    by_slot: Option<HashMap<(u64, usize), u64>>,
+    /// Object (its `Arc` address) → sequence numbers of its entries.
+    by_object: Option<HashMap<usize, Vec<u64>>>,
     /// set → symbol → number of live entries.
     by_symbol: Option<HashMap<u64, HashMap<Arc<str>, usize>>>,
 }
@@ -49,8 +49,8 @@ fn object_key(o: &Arc<LoadedObject>) -> usize {
 impl Journal {
     pub const fn new() -> Journal {
         Journal {
-            entries: Vec::new(),
-            live: 0,
+            entries: BTreeMap::new(),
+            next: 0,
             by_slot: None,
             by_object: None,
             by_symbol: None,
@@ -58,15 +58,16 @@ impl Journal {
     }
 
     pub fn record(&mut self, e: JournalEntry) {
-        let at = self.entries.len();
+        let seq = self.next;
+        self.next += 1;
         self.by_slot
             .get_or_insert_with(HashMap::new)
-            .insert((e.set_id, e.address), at);
+            .insert((e.set_id, e.address), seq);
         self.by_object
             .get_or_insert_with(HashMap::new)
             .entry(object_key(&e.object))
             .or_default()
-            .push(at);
+            .push(seq);
         *self
             .by_symbol
             .get_or_insert_with(HashMap::new)
@@ -74,41 +75,36 @@ impl Journal {
             .or_default()
             .entry(e.symbol.clone())
             .or_default() += 1;
-        self.entries.push(Some(e));
-        self.live += 1;
+        self.entries.insert(seq, e);
     }
 
     /// Every live entry, in patch order.
     pub fn entries(&self) -> impl DoubleEndedIterator<Item = &JournalEntry> + '_ {
-        self.entries.iter().flatten()
+        self.entries.values()
     }
 
     /// Number of live entries.
     pub fn len(&self) -> usize {
-        self.live
+        self.entries.len()
     }
 
     /// No live entry.
     pub fn is_empty(&self) -> bool {
-        self.live == 0
+        self.entries.is_empty()
     }
 
     /// A position to pass to [`Journal::since`]: entries recorded after this call.
-    pub fn mark(&self) -> usize {
-        self.entries.len()
+    pub fn mark(&self) -> u64 {
+        self.next
     }
 
-    /// Live entries recorded since `mark` (no compaction happens in between: only removals
-    /// compact).
-    pub fn since(&self, mark: usize) -> impl Iterator<Item = &JournalEntry> + '_ {
-        self.entries[mark.min(self.entries.len())..]
-            .iter()
-            .flatten()
+    /// Live entries recorded since `mark`.
+    pub fn since(&self, mark: u64) -> impl Iterator<Item = &JournalEntry> + '_ {
+        self.entries.range(mark..).map(|(_, e)| e)
     }
 
-    fn remove_at(&mut self, at: usize) -> Option<JournalEntry> {
-        let e = self.entries.get_mut(at)?.take()?;
-        self.live -= 1;
+    fn remove_seq(&mut self, seq: u64) -> Option<JournalEntry> {
+        let e = self.entries.remove(&seq)?;
         if let Some(m) = &mut self.by_slot {
             m.remove(&(e.set_id, e.address));
         }
@@ -123,57 +119,41 @@ impl Journal {
         Some(e)
     }
 
-    /// Rebuild without holes once they outnumber the live entries (amortised O(1) per removal).
-    fn compact(&mut self) {
-        if self.entries.len() < 64 || self.entries.len() < 2 * self.live {
-            return;
-        }
-        let kept: Vec<JournalEntry> = self.entries.drain(..).flatten().collect();
-        *self = Journal::new();
-        for e in kept {
-            self.record(e);
-        }
-    }
-
     /// Remove and return the entries of one hook set, newest first (undo order).
     pub fn take_set(&mut self, set_id: u64) -> Vec<JournalEntry> {
-        let positions: Vec<usize> = (0..self.entries.len())
+        let seqs: Vec<u64> = self
+            .entries
+            .iter()
             .rev()
-            .filter(|&i| matches!(&self.entries[i], Some(e) if e.set_id == set_id))
+            .filter(|(_, e)| e.set_id == set_id)
+            .map(|(&s, _)| s)
             .collect();
-        let taken = positions
+        let taken: Vec<JournalEntry> = seqs
             .into_iter()
-            .filter_map(|i| self.remove_at(i))
+            .filter_map(|s| self.remove_seq(s))
             .collect();
-        self.rebuild_objects();
+        if let Some(m) = &mut self.by_object {
+            for e in &taken {
+                if let Some(v) = m.get_mut(&object_key(&e.object)) {
+                    v.retain(|s| self.entries.contains_key(s));
+                    if v.is_empty() {
+                        m.remove(&object_key(&e.object));
+                    }
+                }
+            }
+        }
         taken
     }
 
     /// Forget the entries of one object (it was unloaded: never write to it again). Returns
     /// how many there were.
     pub fn forget_object(&mut self, object: &Arc<LoadedObject>) -> usize {
-        let positions = self
+        let seqs = self
             .by_object
             .as_mut()
             .and_then(|m| m.remove(&object_key(object)))
             .unwrap_or_default();
-        let n = positions
-            .into_iter()
-            .filter_map(|i| self.remove_at(i))
-            .count();
-        self.compact();
-        n
-    }
-
-    fn rebuild_objects(&mut self) {
-        let mut m: HashMap<usize, Vec<usize>> = HashMap::new();
-        for (i, e) in self.entries.iter().enumerate() {
-            if let Some(e) = e {
-                m.entry(object_key(&e.object)).or_default().push(i);
-            }
-        }
-        self.by_object = Some(m);
-        self.compact();
+        seqs.into_iter().filter_map(|s| self.remove_seq(s)).count()
     }
 
     /// Whether `address` is already patched by the given set.
