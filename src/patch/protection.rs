@@ -291,10 +291,18 @@ pub(crate) fn errno_of(e: &region::Error) -> i32 {
 mod tests {
     use super::*;
 
+    /// The tests share the kept descriptor, and one of them closes it under the others.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Pages of every kind this process has: code (r-x), read-only data, RELRO (r--),
     /// writable data (rw-), and fresh anonymous pages whose protection we set ourselves.
     #[test]
     fn kernel_query_agrees_with_the_maps_text() {
+        let _serial = serial();
         static DATA: AtomicU64 = AtomicU64::new(1);
         let page = region::page::size();
         // SAFETY: a fresh private anonymous mapping of three pages, ours alone.
@@ -310,10 +318,9 @@ mod tests {
         } as usize;
         assert_ne!(anon as *mut libc::c_void, libc::MAP_FAILED);
         // SAFETY: the middle page of our own mapping.
-        assert_eq!(
-            unsafe { libc::mprotect((anon + page) as *mut libc::c_void, page, libc::PROT_READ) },
-            0
-        );
+        let rc =
+            unsafe { libc::mprotect((anon + page) as *mut libc::c_void, page, libc::PROT_READ) };
+        assert_eq!(rc, 0);
         let probes = [
             kernel_query_agrees_with_the_maps_text as *const () as usize,
             "a string literal".as_ptr() as usize,
@@ -345,10 +352,73 @@ mod tests {
     /// Where `PROCMAP_QUERY` exists (Linux ≥ 6.11), it is what the engine uses.
     #[test]
     fn kernel_query_used_where_the_kernel_has_it() {
+        let _serial = serial();
         let (major, minor) = kernel_version();
         let map = ProtectionMap::for_addresses(std::iter::once(0x1000)).unwrap();
         if (major, minor) >= (6, 11) && std::env::var_os("CUHOOK_NO_PROCMAP_QUERY").is_none() {
             assert!(map.uses_kernel_query(), "kernel {}", release());
+        }
+    }
+
+    /// The program closing our descriptor and reusing its number must not make us ask (or
+    /// close) its file; a forked child must not get its parent's answers.
+    #[test]
+    fn kept_descriptor_is_checked_before_each_batch() {
+        let _serial = serial();
+        let probe = kept_descriptor_is_checked_before_each_batch as *const () as usize;
+        let first = ProtectionMap::for_addresses(std::iter::once(probe)).unwrap();
+        if !first.uses_kernel_query() {
+            return;
+        }
+        first.at(probe).unwrap();
+        let fd = MAPS_FD.load(Ordering::Acquire);
+        assert!(fd >= 0);
+        // The program closes it and opens something else under the same number.
+        // SAFETY: our own descriptor, then /dev/null duplicated onto its number.
+        let other = unsafe {
+            libc::close(fd);
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+            assert!(null >= 0);
+            if null != fd {
+                assert_eq!(libc::dup2(null, fd), fd);
+                libc::close(null);
+            }
+            fd
+        };
+        let again = ProtectionMap::for_addresses(std::iter::once(probe)).unwrap();
+        assert_eq!(again.at(probe).unwrap(), Protection::READ_EXECUTE);
+        assert_ne!(MAPS_FD.load(Ordering::Acquire), other, "a fresh descriptor");
+        // The program's file is still open (we did not close it).
+        // SAFETY: F_GETFD only asks whether the descriptor is open.
+        assert!(unsafe { libc::fcntl(other, libc::F_GETFD) } >= 0);
+        // SAFETY: the /dev/null descriptor is ours to close (it stood in for the program's).
+        unsafe { libc::close(other) };
+
+        // A forked child asks about its own mappings.
+        // SAFETY: the child only maps a page, asks, and leaves with _exit.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0);
+            if pid == 0 {
+                let page = libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                ) as usize;
+                let ok = ProtectionMap::for_addresses(std::iter::once(page))
+                    .and_then(|m| m.at(page))
+                    .is_ok_and(|p| p == Protection::READ);
+                libc::_exit(if ok { 0 } else { 1 });
+            }
+            let mut status = 0;
+            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "child saw the wrong mappings"
+            );
         }
     }
 
