@@ -591,6 +591,10 @@ impl State {
         let snap = elf::snapshot();
         let (all, new) = self.refresh(&snap.objects);
         self.last_counters = snap.counters;
+        // Nothing to apply before the first set is installed: no pins either.
+        if self.sets.is_empty() {
+            return (all, 0);
+        }
         let pinned = self.pin(&new);
         let patched = self.patch_new(pinned);
         (all, patched)
