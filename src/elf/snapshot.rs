@@ -115,13 +115,13 @@ struct Sizes {
 /// Longest object name we copy; longer ones are truncated (PATH_MAX).
 const MAX_NAME: usize = 4096;
 
-fn has_counters(size: usize) -> bool {
+pub(crate) fn has_counters(size: usize) -> bool {
     size >= std::mem::offset_of!(dl_phdr_info, dlpi_subs) + std::mem::size_of::<u64>()
 }
 
 /// # Safety
 /// `info.dlpi_name` must be NULL or a NUL-terminated string (the loader guarantees it).
-unsafe fn name_bytes(info: &dl_phdr_info) -> &[u8] {
+pub(crate) unsafe fn name_bytes(info: &dl_phdr_info) -> &[u8] {
     if info.dlpi_name.is_null() {
         return &[];
     }

@@ -9,9 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::elf::{self, Counters, LoadedObject, ObjectIndex, Slot};
-use crate::patch::{compare_and_write, read_slot, Journal, JournalEntry, ProtectionMap, SlotWrite};
+use crate::patch::{
+    compare_and_write, Journal, JournalEntry, LeftWritable, ProtectionMap, SlotWrite, WriteFailure,
+};
 use crate::{Error, Result};
 
+use super::batch::Batch;
 use super::diagnostics::{push_bounded, Conflict, Diagnostics, ForeignSlot};
 use super::interpose::{dl_hook_set, publish, DL_SET_NAME};
 use super::loader::{clear_dlerror, lookup_global, object_at, Pin};
@@ -272,7 +275,8 @@ pub(crate) fn uninstall(id: u64) -> Result<UninstallReport> {
 /// One slot write decided before any write is made.
 struct Plan {
     set_id: u64,
-    index: Arc<ObjectIndex>,
+    /// Position of the object in its batch.
+    object: usize,
     hook: Hook,
     slot: Slot,
     expected: usize,
@@ -546,7 +550,7 @@ impl State {
                     self.last_counters = now;
                     let exclude = exclude_list();
                     let patched = match self.admit(Arc::new(obj), link_map, &exclude) {
-                        Some(idx) if matters(&idx) => self.patch_new(vec![(idx, pin)]),
+                        Some(idx) if matters(&idx) => self.patch_new(Batch::pinned(idx, pin)),
                         _ => 0,
                     };
                     return patched + self.catch_up();
@@ -595,48 +599,36 @@ impl State {
         if self.sets.is_empty() {
             return (all, 0);
         }
-        let pinned = self.pin(&new);
-        let patched = self.patch_new(pinned);
+        let batch = self.batch(&new);
+        let patched = self.patch_new(batch);
         (all, patched)
     }
 
-    /// Pin the objects that matter to a patch: those with slots, and those that may define a
-    /// hooked function (their scope is searched for originals); learn their link maps.
-    fn pin(&mut self, objects: &[Arc<ObjectIndex>]) -> Vec<(Arc<ObjectIndex>, Pin)> {
-        let mut pinned = Vec::new();
-        for idx in objects.iter().filter(|i| matters(i)) {
-            match Pin::object(&idx.object) {
-                Some(pin) => {
-                    if let Some(map) = pin.link_map() {
-                        self.learn_link_map(idx.object.base, map);
-                    }
-                    pinned.push((idx.clone(), pin));
-                }
-                None => push_bounded(
-                    &mut self.diag.unpinnable,
-                    idx.object.display_name().to_owned(),
-                ),
-            }
-        }
-        pinned
+    /// The objects that matter to a patch (those with slots, and those that may define a
+    /// hooked function: their scope is searched for originals), as a batch touched through
+    /// walks of the loader's list (see `batch.rs`).
+    fn batch(&self, objects: &[Arc<ObjectIndex>]) -> Batch {
+        let objects = objects.iter().filter(|i| matters(i)).cloned().collect();
+        Batch::listed(objects, self.last_counters.subs)
     }
 
     /// Patch objects that appeared since the last scan with every installed set, and note those
     /// whose constructors already ran unhooked.
-    fn patch_new(&mut self, pinned: Vec<(Arc<ObjectIndex>, Pin)>) -> usize {
-        if pinned.is_empty() {
+    fn patch_new(&mut self, mut batch: Batch) -> usize {
+        if batch.is_empty() {
             return 0;
         }
         let ids: Vec<u64> = self.sets.iter().map(|s| s.id).collect();
         let mark = self.journal.mark();
-        let patched = self.patch_pinned(&ids, &pinned);
+        let patched = self.patch_batch(&ids, &mut batch);
         let late: Vec<String> = self
             .journal
             .since(mark)
             .filter(|e| {
-                pinned
+                batch
+                    .objects
                     .iter()
-                    .any(|(n, _)| Arc::ptr_eq(&n.object, &e.object) && n.has_constructors)
+                    .any(|n| Arc::ptr_eq(&n.object, &e.object) && n.has_constructors)
             })
             .map(|e| e.object.display_name().to_owned())
             .collect();
@@ -652,45 +644,60 @@ impl State {
         if objects.is_empty() || set_ids.is_empty() {
             return 0;
         }
-        let pinned = self.pin(objects);
-        self.patch_pinned(set_ids, &pinned)
+        let mut batch = self.batch(objects);
+        self.patch_batch(set_ids, &mut batch)
     }
 
-    fn patch_pinned(&mut self, set_ids: &[u64], pinned: &[(Arc<ObjectIndex>, Pin)]) -> usize {
-        if pinned.is_empty() {
+    fn patch_batch(&mut self, set_ids: &[u64], batch: &mut Batch) -> usize {
+        if batch.is_empty() {
             return 0;
         }
+        let sets: Vec<(u64, Vec<Hook>)> = set_ids
+            .iter()
+            .filter_map(|&id| {
+                let s = self.sets.iter().find(|s| s.id == id)?;
+                Some((id, s.set.hooks.clone()))
+            })
+            .collect();
+        // Every slot value the plans need, read in one pass.
+        let slots: Vec<Vec<usize>> = batch
+            .objects
+            .iter()
+            .map(|idx| {
+                let mut v: Vec<usize> = sets
+                    .iter()
+                    .flat_map(|(_, hooks)| hooks.iter())
+                    .flat_map(|h| idx.slots(h.symbol(), h.version()).map(|s| s.address))
+                    .collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            })
+            .collect();
+        for i in batch.read_values(&slots) {
+            push_bounded(
+                &mut self.diag.unpinnable,
+                batch.objects[i].object.display_name().to_owned(),
+            );
+        }
         let mut plans = Vec::new();
-        for &id in set_ids {
-            let Some(hooks) = self
-                .sets
-                .iter()
-                .find(|s| s.id == id)
-                .map(|s| s.set.hooks.clone())
-            else {
-                continue;
-            };
-            for hook in &hooks {
-                self.plan_hook(id, hook, pinned, &mut plans);
+        for (id, hooks) in &sets {
+            for hook in hooks {
+                self.plan_hook(*id, hook, batch, &mut plans);
             }
         }
-        self.write(plans, pinned)
+        self.write(plans, batch)
     }
 
-    fn plan_hook(
-        &mut self,
-        set_id: u64,
-        hook: &Hook,
-        pinned: &[(Arc<ObjectIndex>, Pin)],
-        plans: &mut Vec<Plan>,
-    ) {
-        let any_slot = pinned
+    fn plan_hook(&mut self, set_id: u64, hook: &Hook, batch: &Batch, plans: &mut Vec<Plan>) {
+        let any_slot = batch
+            .objects
             .iter()
-            .any(|(idx, _)| idx.slots(hook.symbol(), hook.version()).next().is_some());
+            .any(|idx| idx.slots(hook.symbol(), hook.version()).next().is_some());
         if !any_slot && hook.original.get() != 0 {
             return;
         }
-        let resolver = Resolver::new(hook, pinned, &self.canonical, self.known.as_ref());
+        let resolver = Resolver::new(hook, batch, &self.canonical, self.known.as_ref());
         // While slots of this hook are patched, its published original is what they call: a
         // different definition found later (another copy of the library) must not replace it;
         // slots bound to that one are conflicts instead.
@@ -702,26 +709,23 @@ impl State {
             resolver.definition(hook.version.as_deref(), None)
         };
         if original == 0 {
-            // Not in the global scope (a library loaded RTLD_LOCAL): its own scope knows it.
-            original = pinned
-                .iter()
-                .map(|(_, p)| p.lookup(&hook.symbol, hook.version.as_deref()))
-                .find(|&a| a != 0 && !resolver.canonical.contains(&a))
-                .unwrap_or(0);
+            // Not in the global scope (a library loaded RTLD_LOCAL): the scope of an object that
+            // defines it knows it.
+            original = resolver.in_definers(hook.version.as_deref());
         }
         let first = plans.len();
-        for (idx, pin) in pinned {
+        for (i, idx) in batch.objects.iter().enumerate() {
             for slot in idx.slots(hook.symbol(), hook.version()) {
                 if self.journal.contains(set_id, slot.address) {
                     continue;
                 }
-                // SAFETY: the slot lies in a pinned object and was validated by the index.
-                #[allow(unsafe_code)]
-                let value = unsafe { read_slot(slot.address) };
+                let Some(value) = batch.value(slot.address) else {
+                    continue;
+                };
                 if value == hook.replacement {
                     continue;
                 }
-                let bound = resolver.binding(value, slot, idx, pin);
+                let bound = resolver.binding(value, slot, idx, i);
                 if original == 0 {
                     original = bound;
                 }
@@ -738,7 +742,7 @@ impl State {
                 }
                 plans.push(Plan {
                     set_id,
-                    index: idx.clone(),
+                    object: i,
                     hook: hook.clone(),
                     slot,
                     expected: value,
@@ -756,7 +760,7 @@ impl State {
         }
     }
 
-    fn write(&mut self, plans: Vec<Plan>, pinned: &[(Arc<ObjectIndex>, Pin)]) -> usize {
+    fn write(&mut self, plans: Vec<Plan>, batch: &Batch) -> usize {
         let maps = match ProtectionMap::for_addresses(plans.iter().map(|p| p.slot.address)) {
             Ok(m) => m,
             Err(e) => {
@@ -764,87 +768,94 @@ impl State {
                 return 0;
             }
         };
-        let mut written = 0;
-        let batch_start = self.journal.mark();
-        for p in plans {
-            let name = p.index.object.display_name();
-            let mut expected = p.expected;
-            // One retry: a concurrent lazy-binding resolution may have just filled the slot.
-            for _ in 0..2 {
-                // SAFETY: pinned object, validated aligned slot, patch lock held.
-                #[allow(unsafe_code)]
-                let outcome = unsafe {
-                    compare_and_write(&maps, name, p.slot.address, expected, p.hook.replacement)
-                };
+        let mut expected: Vec<usize> = plans.iter().map(|p| p.expected).collect();
+        let mut pending: Vec<usize> = (0..plans.len()).collect();
+        let mut fresh = Vec::new();
+        // One retry: a concurrent lazy-binding resolution may have just filled the slot.
+        for attempt in 0..2 {
+            let writes: Vec<(usize, usize, usize, usize)> = pending
+                .iter()
+                .map(|&k| {
+                    let p = &plans[k];
+                    (p.object, p.slot.address, expected[k], p.hook.replacement)
+                })
+                .collect();
+            let outcomes = batch.write(&maps, &writes);
+            let mut retry = Vec::new();
+            for (&k, outcome) in pending.iter().zip(outcomes) {
+                let p = &plans[k];
+                let name = batch.objects[p.object].object.display_name();
                 match outcome {
-                    Ok(SlotWrite::Written { protection }) => {
+                    None => push_bounded(&mut self.diag.unpinnable, name.to_owned()),
+                    Some(Ok((SlotWrite::Written { protection }, restored))) => {
+                        if let Err(LeftWritable(errno)) = restored {
+                            let e = WriteFailure::Protect(errno).into_error(name, p.slot.address);
+                            crate::log!(crate::log::Level::Error, "{e}");
+                        }
                         self.journal.record(JournalEntry {
                             set_id: p.set_id,
-                            object: p.index.object.clone(),
+                            object: batch.objects[p.object].object.clone(),
                             symbol: Arc::from(p.hook.symbol()),
                             address: p.slot.address,
                             kind: p.slot.kind,
-                            old: expected,
+                            old: expected[k],
                             new: p.hook.replacement,
                             protection,
                         });
-                        written += 1;
-                        break;
+                        fresh.push(k);
                     }
-                    Ok(SlotWrite::Mismatch { actual }) => {
-                        let pin = pinned
-                            .iter()
-                            .find(|(i, _)| Arc::ptr_eq(i, &p.index))
-                            .map(|(_, pin)| pin);
-                        let rebound = pin.map(|pin| {
-                            Resolver::new(&p.hook, pinned, &self.canonical, self.known.as_ref())
-                                .binding(actual, p.slot, &p.index, pin)
-                        });
-                        if actual == p.hook.replacement || rebound != Some(p.original) {
-                            break;
+                    Some(Ok((SlotWrite::Mismatch { actual }, _))) => {
+                        if attempt > 0 || actual == p.hook.replacement {
+                            continue;
                         }
-                        self.diag.resolver_races += 1;
-                        expected = actual;
+                        let rebound =
+                            Resolver::new(&p.hook, batch, &self.canonical, self.known.as_ref())
+                                .binding(actual, p.slot, &batch.objects[p.object], p.object);
+                        if rebound == p.original {
+                            self.diag.resolver_races += 1;
+                            expected[k] = actual;
+                            retry.push(k);
+                        }
                     }
-                    Err(e) => {
-                        push_bounded(&mut self.diag.unreadable, e.to_string());
-                        break;
-                    }
+                    Some(Err(f)) => push_bounded(
+                        &mut self.diag.unreadable,
+                        f.into_error(name, p.slot.address).to_string(),
+                    ),
                 }
             }
+            pending = retry;
+            if pending.is_empty() {
+                break;
+            }
         }
-        self.recheck(batch_start, &maps);
-        written
+        self.recheck(&plans, &fresh, batch, &maps);
+        fresh.len()
     }
 
     /// A thread already inside the lazy-binding resolver for a slot we just patched writes the
     /// resolved function over our hook when it finishes. Look at the slots of this batch once
     /// more and patch again any that now hold exactly their original.
-    fn recheck(&mut self, batch_start: u64, maps: &ProtectionMap) {
-        let batch: Vec<JournalEntry> = self.journal.since(batch_start).cloned().collect();
-        for e in batch {
-            // SAFETY: the object is still pinned by the caller and the slot was just written.
-            #[allow(unsafe_code)]
-            let now = unsafe { read_slot(e.address) };
-            if now == e.new {
-                continue;
-            }
-            let original = self.sets.iter().find(|s| s.id == e.set_id).and_then(|s| {
-                s.set
-                    .hooks
-                    .iter()
-                    .find(|h| h.symbol() == &*e.symbol)
-                    .map(|h| h.original.get())
-            });
-            if original == Some(now) {
-                // SAFETY: as above; patch lock held.
-                #[allow(unsafe_code)]
-                let again = unsafe {
-                    compare_and_write(maps, e.object.display_name(), e.address, now, e.new)
-                };
-                if matches!(again, Ok(SlotWrite::Written { .. })) {
-                    self.diag.resolver_races += 1;
-                }
+    fn recheck(&mut self, plans: &[Plan], fresh: &[usize], batch: &Batch, maps: &ProtectionMap) {
+        if fresh.is_empty() {
+            return;
+        }
+        // The original each slot would hold if a resolver overwrote our hook.
+        let writes: Vec<(usize, usize, usize, usize)> = fresh
+            .iter()
+            .map(|&k| {
+                let p = &plans[k];
+                (
+                    p.object,
+                    p.slot.address,
+                    p.hook.original.get(),
+                    p.hook.replacement,
+                )
+            })
+            .collect();
+        // A compare-and-write of original → hook: writes only where the original is back.
+        for outcome in batch.write(maps, &writes).into_iter().flatten() {
+            if matches!(outcome, Ok((SlotWrite::Written { .. }, _))) {
+                self.diag.resolver_races += 1;
             }
         }
     }
@@ -868,7 +879,7 @@ fn matters(idx: &ObjectIndex) -> bool {
 /// Finds the function a symbol really resolves to, never a PLT stub.
 struct Resolver<'a> {
     symbol: &'a CStr,
-    pinned: &'a [(Arc<ObjectIndex>, Pin)],
+    batch: &'a Batch,
     /// Canonical PLT entries (non-PIE executables) of this symbol: addresses that *look* like
     /// the function but jump through a GOT slot we may have patched.
     canonical: Vec<usize>,
@@ -879,7 +890,7 @@ struct Resolver<'a> {
 impl<'a> Resolver<'a> {
     fn new(
         hook: &'a Hook,
-        pinned: &'a [(Arc<ObjectIndex>, Pin)],
+        batch: &'a Batch,
         canonical: &[Arc<ObjectIndex>],
         known: Option<&'a HashMap<usize, Vec<Known>>>,
     ) -> Self {
@@ -893,32 +904,43 @@ impl<'a> Resolver<'a> {
             .collect();
         Resolver {
             symbol: &hook.symbol,
-            pinned,
+            batch,
             canonical,
             known,
         }
     }
 
-    /// The definition the loader would bind: global scope first, then the importer's own
-    /// scope (objects loaded `RTLD_LOCAL`), skipping canonical PLT entries.
-    fn definition(&self, version: Option<&CStr>, importer: Option<&Pin>) -> usize {
+    /// The first definition found in the scope of a batch object that may define the symbol
+    /// (pinned on demand; usually one or two objects), skipping canonical PLT entries.
+    fn in_definers(&self, version: Option<&CStr>) -> usize {
+        (0..self.batch.objects.len())
+            .filter(|&i| {
+                let o = &self.batch.objects[i];
+                o.defines_wanted && o.object.position != 0
+            })
+            .filter_map(|i| self.batch.pin(i))
+            .map(|p| p.lookup(self.symbol, version))
+            .find(|&a| a != 0 && !self.canonical.contains(&a))
+            .unwrap_or(0)
+    }
+
+    /// The definition the loader would bind: global scope first, then the scope of the
+    /// importer (batch object `importer`; objects loaded `RTLD_LOCAL`), skipping canonical PLT
+    /// entries.
+    fn definition(&self, version: Option<&CStr>, importer: Option<usize>) -> usize {
         let mut found = lookup_global(self.symbol, version);
         if found == 0 {
-            if let Some(pin) = importer {
+            if let Some(pin) = importer.and_then(|i| self.batch.pin(i)) {
                 found = pin.lookup(self.symbol, version);
             }
         }
         if found != 0 && self.canonical.contains(&found) {
             // Behind a non-PIE executable's canonical entry: the definition is in the scope of
-            // some other object. Ask the pinned ones first, then pin others one by one (only
-            // programs that take the address of a hooked function come here).
+            // some other object. Ask the batch's definers first, then pin known objects one by
+            // one (only programs that take the address of a hooked function come here).
             let real = |a: usize| a != 0 && !self.canonical.contains(&a);
-            found = self
-                .pinned
-                .iter()
-                .filter(|(i, _)| i.object.position != 0)
-                .map(|(_, p)| p.lookup(self.symbol, version))
-                .find(|&a| real(a))
+            found = Some(self.in_definers(version))
+                .filter(|&a| real(a))
                 .or_else(|| {
                     self.known?
                         .values()
@@ -935,12 +957,12 @@ impl<'a> Resolver<'a> {
 
     /// What a slot holding `value` is bound to. A value inside the importer itself is its
     /// lazy PLT stub (or its own canonical entry): resolve in the importer's scope instead.
-    fn binding(&self, value: usize, slot: Slot, importer: &ObjectIndex, pin: &Pin) -> usize {
+    fn binding(&self, value: usize, slot: Slot, importer: &ObjectIndex, at: usize) -> usize {
         if importer.object.contains(value) || self.canonical.contains(&value) {
             let version = importer
                 .version_of(slot.address)
                 .and_then(|v| std::ffi::CString::new(v).ok());
-            self.definition(version.as_deref(), Some(pin))
+            self.definition(version.as_deref(), Some(at))
         } else {
             value
         }

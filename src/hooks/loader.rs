@@ -156,6 +156,111 @@ impl Drop for Pin {
     }
 }
 
+/// State of one [`visit`] walk, shared with its callback.
+struct Walk<'a> {
+    /// (load bias, position in `objects`), sorted.
+    keys: Vec<(usize, usize)>,
+    /// An address inside each object (its first segment), to ask `_dl_find_object` about.
+    probes: Vec<usize>,
+    find: FindObject,
+    objects: &'a [&'a LoadedObject],
+    subs: u64,
+    reached: Vec<bool>,
+    work: &'a mut dyn FnMut(usize),
+    failed: bool,
+}
+
+unsafe extern "C" fn walk_cb(
+    info: *mut libc::dl_phdr_info,
+    size: usize,
+    data: *mut c_void,
+) -> libc::c_int {
+    // SAFETY: dl_iterate_phdr passes a valid info pointer and our `data`, a `&mut Walk`.
+    let (info, w) = unsafe { (&*info, &mut *data.cast::<Walk>()) };
+    if !crate::elf::has_counters(size) || info.dlpi_subs != w.subs {
+        // Something was unloaded since the snapshot (or this glibc cannot tell): touch nothing.
+        return 1;
+    }
+    let base = info.dlpi_addr as usize;
+    // SAFETY: the name comes from the loader.
+    let name = unsafe { crate::elf::name_bytes(info) };
+    let from = w.keys.partition_point(|k| k.0 < base);
+    for k in from..w.keys.len() {
+        let (b, i) = w.keys[k];
+        if b != base {
+            break;
+        }
+        if w.reached[i] || w.objects[i].name.as_bytes() != name {
+            continue;
+        }
+        // Listed is not enough: an object another thread is loading is listed before it is
+        // relocated. glibc registers an object for `_dl_find_object` (lock-free, async-signal
+        // safe) only once it is relocated, so an unregistered one is left to a pin by name,
+        // which waits for that load to finish.
+        // SAFETY: all-zero is a valid `DlFindObject`; any address may be asked about.
+        let registered = unsafe {
+            let mut out: DlFindObject = std::mem::zeroed();
+            (w.find)(w.probes[i] as *mut c_void, &mut out) == 0
+        };
+        if !registered {
+            continue;
+        }
+        let work = &mut *w.work;
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(i))).is_err() {
+            w.failed = true;
+            return 1;
+        }
+        w.reached[i] = true;
+    }
+    0
+}
+
+/// Run `work(i)` for each object `objects[i]` without a reference to it: from inside one
+/// `dl_iterate_phdr` walk, when the walk finds the object in the loader's list (same load
+/// bias, same name) and no object was removed since the snapshot the objects come from
+/// (`subs`). glibc unmaps objects while holding the lock that the walk holds, so each object
+/// stays mapped while `work` runs; with `subs` unchanged it is the object the snapshot saw
+/// (pinning N objects by name instead costs O(N²) name comparisons in glibc). Returns which
+/// objects were reached; the caller pins the others by name.
+///
+/// `work` runs inside the loader's list lock: it must not allocate, take a lock or call the
+/// dynamic loader (UCX #3517 deadlocked allocating there).
+pub fn visit(objects: &[&LoadedObject], subs: u64, work: &mut dyn FnMut(usize)) -> Vec<bool> {
+    let Some(find) = find_object() else {
+        // glibc before 2.35: no way to tell a relocated object from one being loaded.
+        return vec![false; objects.len()];
+    };
+    let probes = objects
+        .iter()
+        .map(|o| o.segments().next().map_or(o.base, |s| s.0))
+        .collect();
+    let mut keys: Vec<(usize, usize)> = objects
+        .iter()
+        .enumerate()
+        .map(|(i, o)| (o.base, i))
+        .collect();
+    keys.sort_unstable();
+    let mut walk = Walk {
+        keys,
+        probes,
+        find,
+        objects,
+        subs,
+        reached: vec![false; objects.len()],
+        work,
+        failed: false,
+    };
+    // SAFETY: the callback matches dl_iterate_phdr's contract and `walk` outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(walk_cb), (&mut walk as *mut Walk).cast()) };
+    if walk.failed {
+        crate::log!(
+            crate::log::Level::Error,
+            "a batch write panicked inside the loader walk; stopped"
+        );
+    }
+    walk.reached
+}
+
 /// `RTLD_DI_PHDR` of `<dlfcn.h>` (glibc 2.36).
 const RTLD_DI_PHDR: libc::c_int = 11;
 
@@ -172,13 +277,8 @@ struct DlFindObject {
 
 type FindObject = unsafe extern "C" fn(*mut c_void, *mut DlFindObject) -> libc::c_int;
 
-/// `_dl_find_object`, looked up once: 0 not yet, 1 absent, else the function.
-static FIND_OBJECT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// Which loaded object covers `addr`, answered by glibc without a lock or a walk:
-/// `Some(Some(link_map))`, `Some(None)` when no object does, `None` when this glibc cannot say
-/// (before 2.35).
-pub fn object_at(addr: usize) -> Option<Option<usize>> {
+/// glibc's `_dl_find_object` (2.35), looked up once by name.
+fn find_object() -> Option<FindObject> {
     use std::sync::atomic::Ordering;
     let mut f = FIND_OBJECT.load(Ordering::Acquire);
     if f == 0 {
@@ -186,11 +286,18 @@ pub fn object_at(addr: usize) -> Option<Option<usize>> {
         f = if p == 0 { 1 } else { p };
         FIND_OBJECT.store(f, Ordering::Release);
     }
-    if f == 1 {
-        return None;
-    }
     // SAFETY: `f` is glibc's `_dl_find_object` (looked up by its name), whose signature this is.
-    let find = unsafe { std::mem::transmute::<usize, FindObject>(f) };
+    (f != 1).then(|| unsafe { std::mem::transmute::<usize, FindObject>(f) })
+}
+
+/// `_dl_find_object`, looked up once: 0 not yet, 1 absent, else the function.
+static FIND_OBJECT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Which loaded object covers `addr`, answered by glibc without a lock or a walk:
+/// `Some(Some(link_map))`, `Some(None)` when no object does, `None` when this glibc cannot say
+/// (before 2.35).
+pub fn object_at(addr: usize) -> Option<Option<usize>> {
+    let find = find_object()?;
     // SAFETY: all-zero is a valid `DlFindObject` (integers and null pointers).
     let mut out: DlFindObject = unsafe { std::mem::zeroed() };
     // SAFETY: `out` is large enough for the result; any address may be asked about.

@@ -20,6 +20,7 @@
 //! without a time limit, and an operation started on a thread that is already inside one is
 //! refused with [`Error::Busy`](crate::Error::Busy) instead of deadlocking.
 
+mod batch;
 mod diagnostics;
 mod engine;
 mod interpose;

@@ -75,6 +75,12 @@ impl ProtectionMap {
         })
     }
 
+    /// Make room for `n` more answers, so that asking allocates nothing (inside a
+    /// `dl_iterate_phdr` callback).
+    pub fn reserve(&self, n: usize) {
+        self.regions.borrow_mut().reserve(n);
+    }
+
     /// Whether this map asks the kernel with `PROCMAP_QUERY` (rather than reading text).
     pub fn uses_kernel_query(&self) -> bool {
         self.query.is_some()
