@@ -23,9 +23,20 @@ use std::time::Instant;
 
 use support::{show, summary, Caller};
 
-/// Microseconds per open+close pair over `iters` pairs.
+/// Microseconds per open+close pair over `iters` pairs (wall clock, or with `BENCH_CLOCK=cpu`
+/// the thread's CPU time, which leaves out time preempted by other jobs).
 fn round(c: &Caller, lib: &CString, iters: usize) -> f64 {
+    if std::env::var("BENCH_CLOCK").is_ok_and(|v| v == "cpu") {
+        let t = support::cpu_now();
+        pairs(c, lib, iters);
+        return (support::cpu_now() - t) * 1e6 / iters as f64;
+    }
     let t = Instant::now();
+    pairs(c, lib, iters);
+    t.elapsed().as_nanos() as f64 / iters as f64 / 1000.0
+}
+
+fn pairs(c: &Caller, lib: &CString, iters: usize) {
     for _ in 0..iters {
         // SAFETY: the fixture's dlopen/dlclose wrappers with a valid path.
         unsafe {
@@ -34,7 +45,6 @@ fn round(c: &Caller, lib: &CString, iters: usize) -> f64 {
             (c.close)(h);
         }
     }
-    t.elapsed().as_nanos() as f64 / iters as f64 / 1000.0
 }
 
 /// Alternate plain and hooked rounds; samples in µs per pair.

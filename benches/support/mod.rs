@@ -235,6 +235,18 @@ pub fn hook_set() -> cuhook::hooks::HookSet {
     HookSet::new("bench", hooks).unwrap()
 }
 
+/// This thread's CPU time in seconds: unlike the wall clock it leaves out time spent
+/// preempted by other jobs on a shared machine (kernel time on our behalf is included).
+pub fn cpu_now() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
 /// Median, minimum and maximum of some samples.
 pub struct Summary {
     pub median: f64,

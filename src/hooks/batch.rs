@@ -82,10 +82,10 @@ impl Batch {
         let mut done = vec![false; self.objects.len()];
         let (mut listed, mut at): (Vec<&crate::elf::LoadedObject>, Vec<usize>) =
             (Vec::new(), Vec::new());
-        for i in 0..self.objects.len() {
+        for (i, d) in done.iter_mut().enumerate() {
             if self.has_pin(i) {
                 work(i);
-                done[i] = true;
+                *d = true;
             } else if self.pins[i].get().is_none() {
                 listed.push(&self.objects[i].object);
                 at.push(i);

@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
-use std::ffi::{c_void, CStr};
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +17,8 @@ use crate::{Error, Result};
 use super::batch::Batch;
 use super::diagnostics::{push_bounded, Conflict, Diagnostics, ForeignSlot};
 use super::interpose::{dl_hook_set, publish, DL_SET_NAME};
-use super::loader::{clear_dlerror, lookup_global, object_at, Pin};
+use super::loader::{clear_dlerror, object_at, Pin};
+use super::resolver::{matters, Resolver};
 use super::set::{Hook, HookSet};
 use super::skip::{exclude_list, skip_reason};
 
@@ -28,9 +29,9 @@ struct InstalledSet {
 }
 
 /// An object the engine has seen: indexed, or left alone (skipped, unreadable).
-struct Known {
-    object: Arc<LoadedObject>,
-    index: Option<Arc<ObjectIndex>>,
+pub(super) struct Known {
+    pub object: Arc<LoadedObject>,
+    pub index: Option<Arc<ObjectIndex>>,
     /// Its `struct link_map`, once learnt (0 until then): what `dlclose` hands us.
     link_map: usize,
 }
@@ -867,105 +868,6 @@ impl State {
 
     pub(crate) fn set_name(&self, id: u64) -> Option<&str> {
         self.sets.iter().find(|s| s.id == id).map(|s| s.set.name())
-    }
-}
-
-/// Whether a patch has anything to do with this object: slots to write, or definitions of
-/// hooked functions to find.
-fn matters(idx: &ObjectIndex) -> bool {
-    !idx.is_empty() || idx.defines_wanted
-}
-
-/// Finds the function a symbol really resolves to, never a PLT stub.
-struct Resolver<'a> {
-    symbol: &'a CStr,
-    batch: &'a Batch,
-    /// Canonical PLT entries (non-PIE executables) of this symbol: addresses that *look* like
-    /// the function but jump through a GOT slot we may have patched.
-    canonical: Vec<usize>,
-    /// Every known object, for the rare search behind a canonical entry.
-    known: Option<&'a HashMap<usize, Vec<Known>>>,
-}
-
-impl<'a> Resolver<'a> {
-    fn new(
-        hook: &'a Hook,
-        batch: &'a Batch,
-        canonical: &[Arc<ObjectIndex>],
-        known: Option<&'a HashMap<usize, Vec<Known>>>,
-    ) -> Self {
-        let canonical = canonical
-            .iter()
-            .flat_map(|i| {
-                i.slots(hook.symbol(), None)
-                    .filter_map(|s| s.canonical_plt)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        Resolver {
-            symbol: &hook.symbol,
-            batch,
-            canonical,
-            known,
-        }
-    }
-
-    /// The first definition found in the scope of a batch object that may define the symbol
-    /// (pinned on demand; usually one or two objects), skipping canonical PLT entries.
-    fn in_definers(&self, version: Option<&CStr>) -> usize {
-        (0..self.batch.objects.len())
-            .filter(|&i| {
-                let o = &self.batch.objects[i];
-                o.defines_wanted && o.object.position != 0
-            })
-            .filter_map(|i| self.batch.pin(i))
-            .map(|p| p.lookup(self.symbol, version))
-            .find(|&a| a != 0 && !self.canonical.contains(&a))
-            .unwrap_or(0)
-    }
-
-    /// The definition the loader would bind: global scope first, then the scope of the
-    /// importer (batch object `importer`; objects loaded `RTLD_LOCAL`), skipping canonical PLT
-    /// entries.
-    fn definition(&self, version: Option<&CStr>, importer: Option<usize>) -> usize {
-        let mut found = lookup_global(self.symbol, version);
-        if found == 0 {
-            if let Some(pin) = importer.and_then(|i| self.batch.pin(i)) {
-                found = pin.lookup(self.symbol, version);
-            }
-        }
-        if found != 0 && self.canonical.contains(&found) {
-            // Behind a non-PIE executable's canonical entry: the definition is in the scope of
-            // some other object. Ask the batch's definers first, then pin known objects one by
-            // one (only programs that take the address of a hooked function come here).
-            let real = |a: usize| a != 0 && !self.canonical.contains(&a);
-            found = Some(self.in_definers(version))
-                .filter(|&a| real(a))
-                .or_else(|| {
-                    self.known?
-                        .values()
-                        .flatten()
-                        .filter(|k| k.object.position != 0 && k.index.is_some())
-                        .filter_map(|k| Pin::object(&k.object))
-                        .map(|p| p.lookup(self.symbol, version))
-                        .find(|&a| real(a))
-                })
-                .unwrap_or(0);
-        }
-        found
-    }
-
-    /// What a slot holding `value` is bound to. A value inside the importer itself is its
-    /// lazy PLT stub (or its own canonical entry): resolve in the importer's scope instead.
-    fn binding(&self, value: usize, slot: Slot, importer: &ObjectIndex, at: usize) -> usize {
-        if importer.object.contains(value) || self.canonical.contains(&value) {
-            let version = importer
-                .version_of(slot.address)
-                .and_then(|v| std::ffi::CString::new(v).ok());
-            self.definition(version.as_deref(), Some(at))
-        } else {
-            value
-        }
     }
 }
 

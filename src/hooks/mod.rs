@@ -25,6 +25,7 @@ mod diagnostics;
 mod engine;
 mod interpose;
 mod loader;
+mod resolver;
 mod set;
 mod skip;
 
