@@ -48,6 +48,17 @@ impl Batch {
         }
     }
 
+    /// Objects from a snapshot, some already pinned (`pins[i]`).
+    pub fn with_pins(objects: Vec<Arc<ObjectIndex>>, pins: Vec<Option<Pin>>, subs: u64) -> Batch {
+        let mut batch = Batch::listed(objects, subs);
+        for (cell, pin) in batch.pins.iter_mut().zip(pins) {
+            if let Some(pin) = pin {
+                let _ = cell.set(Some(pin));
+            }
+        }
+        batch
+    }
+
     /// One object with the pin its caller holds.
     pub fn pinned(object: Arc<ObjectIndex>, pin: Pin) -> Batch {
         let cell = OnceCell::new();
@@ -75,14 +86,18 @@ impl Batch {
         self.pins[i].get().is_some_and(|p| p.is_some())
     }
 
-    /// Run `work(i)` for every object while it may be touched: pinned ones directly, the rest
-    /// from one walk of the loader's list, and those the walk missed after pinning them by
-    /// name. Returns which objects were touched.
-    pub fn touch(&self, work: &mut dyn FnMut(usize)) -> Vec<bool> {
-        let mut done = vec![false; self.objects.len()];
+    /// Run `work(i)` for every needed object while it may be touched: pinned ones directly,
+    /// the rest from one walk of the loader's list, and those the walk missed after pinning
+    /// them by name. Returns which objects were touched.
+    /// Objects whose `needed` entry is false are skipped (and reported touched).
+    pub fn touch(&self, needed: &[bool], work: &mut dyn FnMut(usize)) -> Vec<bool> {
+        let mut done: Vec<bool> = needed.iter().map(|n| !n).collect();
         let (mut listed, mut at): (Vec<&crate::elf::LoadedObject>, Vec<usize>) =
             (Vec::new(), Vec::new());
         for (i, d) in done.iter_mut().enumerate() {
+            if *d {
+                continue;
+            }
             if self.has_pin(i) {
                 work(i);
                 *d = true;
@@ -113,7 +128,8 @@ impl Batch {
             .iter()
             .map(|s| s.iter().map(|&a| (a, 0)).collect())
             .collect();
-        let done = self.touch(&mut |i| {
+        let needed: Vec<bool> = values.iter().map(|v| !v.is_empty()).collect();
+        let done = self.touch(&needed, &mut |i| {
             for v in values[i].iter_mut() {
                 // SAFETY: a slot the index validated (aligned, inside the object), read while
                 // the object is pinned or listed under the loader's lock.
@@ -153,7 +169,8 @@ impl Batch {
             by_object[w.0].push(k);
         }
         let mut outcomes: Vec<Option<Outcome>> = vec![None; writes.len()];
-        self.touch(&mut |i| {
+        let needed: Vec<bool> = by_object.iter().map(|w| !w.is_empty()).collect();
+        self.touch(&needed, &mut |i| {
             for &k in &by_object[i] {
                 let (_, address, expected, new) = writes[k];
                 // SAFETY: a validated slot of an object pinned or listed under the loader's lock;

@@ -125,6 +125,9 @@ impl Drop for Operation {
     }
 }
 
+/// Up to this many new objects found by one scan are pinned by name before they are read.
+const PIN_BEFORE_INDEX: usize = 64;
+
 /// How long an API call waits for another thread's operation. Bounded, so that a thread that
 /// holds the dynamic loader's lock (a library destructor calling cuhook) while another thread's
 /// operation waits for that lock gets `Busy` instead of both hanging.
@@ -274,11 +277,11 @@ pub(crate) fn uninstall(id: u64) -> Result<UninstallReport> {
 }
 
 /// One slot write decided before any write is made.
-struct Plan {
+struct Plan<'h> {
     set_id: u64,
     /// Position of the object in its batch.
     object: usize,
-    hook: Hook,
+    hook: &'h Hook,
     slot: Slot,
     expected: usize,
     original: usize,
@@ -478,11 +481,23 @@ impl State {
     }
 
     /// Sync the object cache with the loader's list: drop what was unloaded (and its journal
-    /// entries), index what is new. Linear in the number of objects. Returns (all, new).
+    /// entries), index what is new. Linear in the number of objects. Returns (all, new, and
+    /// the pins taken for the new ones).
+    ///
+    /// A few new objects (a `dlopen`'s catch-up) are pinned before they are read, so that a
+    /// concurrent `dlclose` cannot unmap them under the indexer. Many (the first install into
+    /// a big process) are indexed without pins, as before: pinning each by name would cost
+    /// O(N²), and objects loaded at start-up, the bulk of them, are never unloaded. (Reading
+    /// them inside a loader walk needs an allocation-free indexer: see docs/performance.md.)
+    #[allow(clippy::type_complexity)]
     fn refresh(
         &mut self,
         objects: &[Arc<LoadedObject>],
-    ) -> (Vec<Arc<ObjectIndex>>, Vec<Arc<ObjectIndex>>) {
+    ) -> (
+        Vec<Arc<ObjectIndex>>,
+        Vec<Arc<ObjectIndex>>,
+        Vec<Option<Pin>>,
+    ) {
         let mut present: HashSet<usize> = HashSet::with_capacity(objects.len());
         let (mut all, mut fresh) = (Vec::new(), Vec::new());
         for obj in objects {
@@ -508,14 +523,28 @@ impl State {
         } else {
             exclude_list()
         };
-        let mut new = Vec::new();
+        let pin_first = fresh.len() <= PIN_BEFORE_INDEX;
+        let (mut new, mut pins) = (Vec::new(), Vec::new());
         for obj in fresh {
+            let pin = if pin_first && skip_reason(&obj, &exclude).is_none() {
+                match Pin::object(&obj) {
+                    Some(p) => Some(p),
+                    None => {
+                        // Gone already, or not reachable by name: never read it.
+                        push_bounded(&mut self.diag.unpinnable, obj.display_name().to_owned());
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
             if let Some(idx) = self.admit(obj, 0, &exclude) {
                 all.push(idx.clone());
                 new.push(idx);
+                pins.push(pin);
             }
         }
-        (all, new)
+        (all, new, pins)
     }
 
     /// Patch objects loaded since the last scan until the loader's counters stop moving.
@@ -594,13 +623,18 @@ impl State {
     /// the number of slots patched.
     fn sync(&mut self) -> (Vec<Arc<ObjectIndex>>, usize) {
         let snap = elf::snapshot();
-        let (all, new) = self.refresh(&snap.objects);
+        let (all, new, pins) = self.refresh(&snap.objects);
         self.last_counters = snap.counters;
-        // Nothing to apply before the first set is installed: no pins either.
+        // Nothing to apply before the first set is installed.
         if self.sets.is_empty() {
             return (all, 0);
         }
-        let batch = self.batch(&new);
+        let (new, pins): (Vec<_>, Vec<_>) = new
+            .into_iter()
+            .zip(pins)
+            .filter(|(i, _)| matters(i))
+            .unzip();
+        let batch = Batch::with_pins(new, pins, self.last_counters.subs);
         let patched = self.patch_new(batch);
         (all, patched)
     }
@@ -653,7 +687,7 @@ impl State {
         if batch.is_empty() {
             return 0;
         }
-        let sets: Vec<(u64, Vec<Hook>)> = set_ids
+        let sets: Vec<(u64, Arc<[Hook]>)> = set_ids
             .iter()
             .filter_map(|&id| {
                 let s = self.sets.iter().find(|s| s.id == id)?;
@@ -661,14 +695,18 @@ impl State {
             })
             .collect();
         // Every slot value the plans need, read in one pass.
+        let names: Vec<(&str, Option<&str>)> = sets
+            .iter()
+            .flat_map(|(_, hooks)| hooks.iter())
+            .map(|h| (h.symbol(), h.version()))
+            .collect();
         let slots: Vec<Vec<usize>> = batch
             .objects
             .iter()
             .map(|idx| {
-                let mut v: Vec<usize> = sets
+                let mut v: Vec<usize> = names
                     .iter()
-                    .flat_map(|(_, hooks)| hooks.iter())
-                    .flat_map(|h| idx.slots(h.symbol(), h.version()).map(|s| s.address))
+                    .flat_map(|&(symbol, version)| idx.slots(symbol, version).map(|s| s.address))
                     .collect();
                 v.sort_unstable();
                 v.dedup();
@@ -683,18 +721,25 @@ impl State {
         }
         let mut plans = Vec::new();
         for (id, hooks) in &sets {
-            for hook in hooks {
+            for hook in hooks.iter() {
                 self.plan_hook(*id, hook, batch, &mut plans);
             }
         }
         self.write(plans, batch)
     }
 
-    fn plan_hook(&mut self, set_id: u64, hook: &Hook, batch: &Batch, plans: &mut Vec<Plan>) {
+    fn plan_hook<'h>(
+        &mut self,
+        set_id: u64,
+        hook: &'h Hook,
+        batch: &Batch,
+        plans: &mut Vec<Plan<'h>>,
+    ) {
+        let (symbol, version) = (hook.symbol(), hook.version());
         let any_slot = batch
             .objects
             .iter()
-            .any(|idx| idx.slots(hook.symbol(), hook.version()).next().is_some());
+            .any(|idx| idx.slots(symbol, version).next().is_some());
         if !any_slot && hook.original.get() != 0 {
             return;
         }
@@ -703,7 +748,7 @@ impl State {
         // different definition found later (another copy of the library) must not replace it;
         // slots bound to that one are conflicts instead.
         let published = hook.original.get();
-        let live = published != 0 && self.journal.has_symbol(set_id, hook.symbol());
+        let live = published != 0 && self.journal.has_symbol(set_id, symbol);
         let mut original = if live {
             published
         } else {
@@ -716,7 +761,7 @@ impl State {
         }
         let first = plans.len();
         for (i, idx) in batch.objects.iter().enumerate() {
-            for slot in idx.slots(hook.symbol(), hook.version()) {
+            for slot in idx.slots(symbol, version) {
                 if self.journal.contains(set_id, slot.address) {
                     continue;
                 }
@@ -733,7 +778,7 @@ impl State {
                 if bound != original || bound == 0 {
                     let c = Conflict {
                         object: idx.object.display_name().to_owned(),
-                        symbol: hook.symbol().to_owned(),
+                        symbol: symbol.to_owned(),
                         address: slot.address,
                         bound_to: bound,
                         original,
@@ -744,7 +789,7 @@ impl State {
                 plans.push(Plan {
                     set_id,
                     object: i,
-                    hook: hook.clone(),
+                    hook,
                     slot,
                     expected: value,
                     original,
@@ -810,7 +855,7 @@ impl State {
                             continue;
                         }
                         let rebound =
-                            Resolver::new(&p.hook, batch, &self.canonical, self.known.as_ref())
+                            Resolver::new(p.hook, batch, &self.canonical, self.known.as_ref())
                                 .binding(actual, p.slot, &batch.objects[p.object], p.object);
                         if rebound == p.original {
                             self.diag.resolver_races += 1;

@@ -127,7 +127,8 @@ impl Hook {
 #[derive(Debug, Clone)]
 pub struct HookSet {
     pub(crate) name: String,
-    pub(crate) hooks: Vec<Hook>,
+    /// Shared: the engine takes the list for every batch it patches.
+    pub(crate) hooks: std::sync::Arc<[Hook]>,
 }
 
 impl HookSet {
@@ -145,7 +146,7 @@ impl HookSet {
         }
         Ok(HookSet {
             name: name.to_owned(),
-            hooks,
+            hooks: hooks.into(),
         })
     }
 
@@ -165,7 +166,7 @@ impl HookSet {
             && self
                 .hooks
                 .iter()
-                .zip(&other.hooks)
+                .zip(other.hooks.iter())
                 .all(|(a, b)| a.key() == b.key())
     }
 }
