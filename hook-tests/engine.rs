@@ -1,6 +1,7 @@
 //! The GOT patch engine on the fixture matrix: every link mode × every scenario, each in its
 //! own process (GOT state is process-wide).
 
+#[macro_use]
 mod common;
 
 use common::run_fixture;
@@ -197,13 +198,7 @@ fn page_protected_by_the_program_is_seen_and_kept() {
 
     static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
     static CALLS: AtomicUsize = AtomicUsize::new(0);
-    extern "C" fn add(a: c_int, b: c_int) -> c_int {
-        CALLS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the engine published target_add before routing calls here.
-        let real: extern "C" fn(c_int, c_int) -> c_int =
-            unsafe { std::mem::transmute(REAL_ADD.load(Ordering::Acquire)) };
-        real(a, b)
-    }
+    counting_hook!(add, REAL_ADD, CALLS);
     /// `rwx` letters of the mapping holding `addr`, from the kernel's text.
     fn maps_protection(addr: usize) -> String {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();

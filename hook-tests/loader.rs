@@ -1,6 +1,7 @@
 //! The loader interposers (dlopen, dlmopen, dlclose, dlsym, dlvsym) on the fixture app
 //! `app_dl`, one process per scenario.
 
+#[macro_use]
 mod common;
 
 use common::run_fixture;
@@ -47,20 +48,8 @@ fn one_new_object_is_handled_without_a_walk() {
     static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
     static REAL_MUL: AtomicUsize = AtomicUsize::new(0);
     static CALLS: AtomicUsize = AtomicUsize::new(0);
-    extern "C" fn add(a: c_int, b: c_int) -> c_int {
-        CALLS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the engine published target_add before routing calls here.
-        let real: extern "C" fn(c_int, c_int) -> c_int =
-            unsafe { std::mem::transmute(REAL_ADD.load(Ordering::Acquire)) };
-        real(a, b)
-    }
-    extern "C" fn mul(a: c_int, b: c_int) -> c_int {
-        CALLS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: as above, for target_mul.
-        let real: extern "C" fn(c_int, c_int) -> c_int =
-            unsafe { std::mem::transmute(REAL_MUL.load(Ordering::Acquire)) };
-        real(a, b)
-    }
+    counting_hook!(add, REAL_ADD, CALLS);
+    counting_hook!(mul, REAL_MUL, CALLS);
     type Open = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
     type Close = unsafe extern "C" fn(*mut c_void) -> c_int;
     type Call = unsafe extern "C" fn(c_int, c_int) -> c_int;
