@@ -897,6 +897,7 @@ impl State {
                     p.hook.replacement,
                 )
             })
+            .filter(|w| w.2 != 0)
             .collect();
         // A compare-and-write of original → hook: writes only where the original is back.
         for outcome in batch.write(maps, &writes).into_iter().flatten() {
