@@ -1,45 +1,42 @@
-//! Hooked vs plain `dlopen`+`dlclose`, of a library that is not loaded yet (the hooked path
-//! indexes and patches it, then forgets it) and of one that is already loaded (the hooked path
-//! only checks the loader's counters).
+//! Hooked vs plain `dlopen`+`dlclose` in a process that looks like a big host.
 //!
-//! Run: `cargo bench --bench dlopen`. The calls come from the fixture `libdlcaller.so`, because
-//! cuhook never patches the object it is linked into (this benchmark).
+//! - *new library*: a library that is not loaded yet (the hooked path indexes and patches it,
+//!   then forgets it at `dlclose`), opened while N other small libraries (each calling the CUDA
+//!   stream-ordered pair through its own GOT) are loaded, optionally with thousands of extra
+//!   memory mappings;
+//! - *loaded library*: one that is already loaded (only its reference count changes; the
+//!   hooked path only checks the loader's counters).
+//!
+//! Plain and hooked rounds alternate (hooked = the bench hook set installed, so the loader
+//! interposers are in place); medians, spread (min–max over rounds) and the ratio of medians
+//! are printed.
+//!
+//! Run: `cargo bench --bench dlopen` (the sweep: N = 50, 300, 1,000, and N = 50 and 1,000 with
+//! 5,000 extra mappings, each in its own process), or one configuration:
+//! `cargo bench --bench dlopen -- --objects 300 --maps 5000 --rounds 15`.
 
-use std::ffi::{c_char, c_int, c_void, CString};
-use std::sync::atomic::AtomicUsize;
+#[path = "support/mod.rs"]
+mod support;
+
+use std::ffi::CString;
 use std::time::Instant;
 
-type Open = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
-type Close = unsafe extern "C" fn(*mut c_void) -> c_int;
+use support::{show, summary, Caller};
 
-struct Caller {
-    open: Open,
-    close: Close,
-}
-
-fn caller() -> Caller {
-    let dir = cuhook_fixtures::DIR;
-    let path = CString::new(format!("{dir}/libdlcaller.so")).unwrap();
-    // SAFETY: loading a fixture library (built by cuhook-fixtures) and looking up its two
-    // functions.
-    unsafe {
-        let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW);
-        assert!(
-            !h.is_null(),
-            "libdlcaller.so missing: build the fixtures first"
-        );
-        let open = libc::dlsym(h, c"dlcaller_open".as_ptr());
-        let close = libc::dlsym(h, c"dlcaller_close".as_ptr());
-        Caller {
-            open: std::mem::transmute::<*mut c_void, Open>(open),
-            close: std::mem::transmute::<*mut c_void, Close>(close),
-        }
-    }
-}
-
-/// Nanoseconds per open+close pair over `iters` pairs.
+/// Microseconds per open+close pair over `iters` pairs (wall clock, or with `BENCH_CLOCK=cpu`
+/// the thread's CPU time, which leaves out time preempted by other jobs).
 fn round(c: &Caller, lib: &CString, iters: usize) -> f64 {
+    if std::env::var("BENCH_CLOCK").is_ok_and(|v| v == "cpu") {
+        let t = support::cpu_now();
+        pairs(c, lib, iters);
+        return (support::cpu_now() - t) * 1e6 / iters as f64;
+    }
     let t = Instant::now();
+    pairs(c, lib, iters);
+    t.elapsed().as_nanos() as f64 / iters as f64 / 1000.0
+}
+
+fn pairs(c: &Caller, lib: &CString, iters: usize) {
     for _ in 0..iters {
         // SAFETY: the fixture's dlopen/dlclose wrappers with a valid path.
         unsafe {
@@ -48,55 +45,120 @@ fn round(c: &Caller, lib: &CString, iters: usize) -> f64 {
             (c.close)(h);
         }
     }
-    t.elapsed().as_nanos() as f64 / iters as f64
 }
 
-/// Plain and hooked rounds alternate, so machine noise hits both alike; the fastest round of
-/// each is reported (the least disturbed one).
+/// Alternate plain and hooked rounds; samples in µs per pair.
 fn compare(
     c: &Caller,
     set: &cuhook::hooks::HookSet,
     lib: &CString,
     iters: usize,
     rounds: usize,
-) -> (f64, f64) {
-    let (mut plain, mut hooked) = (f64::MAX, f64::MAX);
+) -> (Vec<f64>, Vec<f64>) {
+    let (mut plain, mut hooked) = (Vec::new(), Vec::new());
+    // Warm up both paths (first install indexes every loaded object).
+    round(c, lib, iters);
+    let installed = cuhook::hooks::install(set).unwrap();
+    round(c, lib, iters);
+    installed.uninstall().unwrap();
+    // BENCH_SIDE=plain|hooked runs one side only (for profiling the difference).
+    let side = std::env::var("BENCH_SIDE").unwrap_or_default();
     for _ in 0..rounds {
-        plain = plain.min(round(c, lib, iters));
-        let installed = cuhook::hooks::install(set).unwrap();
-        hooked = hooked.min(round(c, lib, iters));
-        installed.uninstall().unwrap();
+        if side != "hooked" {
+            plain.push(round(c, lib, iters));
+        }
+        if side != "plain" {
+            let installed = cuhook::hooks::install(set).unwrap();
+            hooked.push(round(c, lib, iters));
+            installed.uninstall().unwrap();
+        }
     }
     (plain, hooked)
 }
 
-static REAL_GETPID: AtomicUsize = AtomicUsize::new(0);
-extern "C" fn counting_getpid() -> libc::pid_t {
-    // SAFETY: the engine published libc's getpid before routing any call here.
-    let real: extern "C" fn() -> libc::pid_t =
-        unsafe { std::mem::transmute(REAL_GETPID.load(std::sync::atomic::Ordering::Acquire)) };
-    real()
+fn report(what: &str, plain: &[f64], hooked: &[f64], unit: &str, scale: f64) {
+    if plain.is_empty() || hooked.is_empty() {
+        return;
+    }
+    let scaled = |v: &[f64]| v.iter().map(|x| x * scale).collect::<Vec<_>>();
+    let (p, h) = (summary(&scaled(plain)), summary(&scaled(hooked)));
+    println!(
+        "{what}: plain {}   hooked {}   ratio {:.3}   (+{:.1} {unit})",
+        show(&p, unit),
+        show(&h, unit),
+        h.median / p.median,
+        h.median - p.median
+    );
+}
+
+/// One configuration, in this process.
+fn run(o: &support::Options) {
+    let libs = support::libraries(o.objects + 1);
+    let (fresh, loaded) = libs.split_last().unwrap();
+    // The caller first: glibc looks the calling object up from the head of its list on every
+    // dlopen, so a caller loaded after the N libraries would make plain calls pay for that walk
+    // (the hooked calls come from cuhook, inside the main program).
+    let c = support::caller();
+    support::load_all(loaded);
+    support::add_mappings(o.maps);
+    let set = support::hook_set();
+    println!(
+        "objects={} mappings={} rounds={}",
+        support::object_count(),
+        support::mapping_count(),
+        o.rounds
+    );
+    let fresh = CString::new(fresh.to_str().unwrap()).unwrap();
+    let pairs = std::env::var("BENCH_PAIRS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let (plain, hooked) = compare(&c, &set, &fresh, pairs, o.rounds);
+    report(
+        "dlopen+dlclose of a new library   ",
+        &plain,
+        &hooked,
+        "µs",
+        1.0,
+    );
+    let resident = CString::new(loaded[0].to_str().unwrap()).unwrap();
+    let (plain, hooked) = compare(&c, &set, &resident, 10_000, o.rounds);
+    report(
+        "dlopen+dlclose of a loaded library",
+        &plain,
+        &hooked,
+        "ns",
+        1000.0,
+    );
+    let d = cuhook::hooks::diagnostics();
+    println!(
+        "engine: rescans={} quick_scans={} objects_indexed={}",
+        d.rescans, d.quick_scans, d.objects_indexed
+    );
 }
 
 fn main() {
-    let c = caller();
-    let dir = cuhook_fixtures::DIR;
-    let fresh = CString::new(format!("{dir}/libplugin_dep.so")).unwrap();
-    let resident = CString::new(format!("{dir}/libplugin.so")).unwrap();
-    // Keep `resident` loaded for the whole run.
-    // SAFETY: plain dlopen of a fixture.
-    let keep = unsafe { libc::dlopen(resident.as_ptr(), libc::RTLD_NOW) };
-    assert!(!keep.is_null());
-
-    let hook = cuhook::hooks::Hook::new(
-        "getpid",
-        counting_getpid as *const () as usize,
-        &REAL_GETPID,
-    )
-    .unwrap();
-    let set = cuhook::hooks::HookSet::new("bench", vec![hook]).unwrap();
-    let (plain_new, hooked_new) = compare(&c, &set, &fresh, 100, 21);
-    let (plain_loaded, hooked_loaded) = compare(&c, &set, &resident, 10_000, 21);
-    println!("dlopen+dlclose of a new library:      plain {plain_new:>9.0} ns   hooked {hooked_new:>9.0} ns   ratio {:.3}", hooked_new / plain_new);
-    println!("dlopen+dlclose of a loaded library:   plain {plain_loaded:>9.0} ns   hooked {hooked_loaded:>9.0} ns   ratio {:.3}", hooked_loaded / plain_loaded);
+    let o = support::Options::parse();
+    if std::env::args().any(|a| a == "--objects") {
+        run(&o);
+        return;
+    }
+    // The sweep: each configuration in a fresh process.
+    let exe = std::env::current_exe().unwrap();
+    for (objects, maps) in [(50, 0), (300, 0), (1000, 0), (50, 5000), (1000, 5000)] {
+        let out = std::process::Command::new(&exe)
+            .args([
+                "--objects",
+                &objects.to_string(),
+                "--maps",
+                &maps.to_string(),
+            ])
+            .args(["--rounds", &o.rounds.to_string()])
+            .output()
+            .expect("run bench child");
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "child failed: {}", out.status);
+        println!();
+    }
 }

@@ -1,6 +1,7 @@
 //! The GOT patch engine on the fixture matrix: every link mode × every scenario, each in its
 //! own process (GOT state is process-wide).
 
+#[macro_use]
 mod common;
 
 use common::run_fixture;
@@ -183,4 +184,137 @@ scenario_tests! {
         "all_refs_dropped.direct_add", "third_uninstall_refused", "reinstalled.caller_table", "final.caller_table"];
     foreign_repatch_left_alone: "foreign" => ["foreign_victim_found", "foreign_reported", "foreign_left_alone"];
     versioned_import_hooked_by_version: "versions" => ["v1.old_hooked", "v1.default_untouched", "orig_is_v1", "v1_after.old"];
+}
+
+/// The protection a program gave a GOT page itself is what the engine sees and restores: here
+/// the program made the (normally writable) lazy-binding GOT page of a library read-only
+/// before install. Rules derived from the object's program headers would call that page
+/// writable and fault on the write. Runs in this process; the `_text` twin re-runs it with
+/// the `/proc/self/maps` text fallback.
+#[test]
+fn page_protected_by_the_program_is_seen_and_kept() {
+    use std::ffi::{c_int, CString};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    counting_hook!(add, REAL_ADD, CALLS);
+    /// `rwx` letters of the mapping holding `addr`, from the kernel's text.
+    fn maps_protection(addr: usize) -> String {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        for line in maps.lines() {
+            let mut f = line.split_whitespace();
+            let range = f.next().unwrap();
+            let perms = f.next().unwrap();
+            let (lo, hi) = range.split_once('-').unwrap();
+            let lo = usize::from_str_radix(lo, 16).unwrap();
+            let hi = usize::from_str_radix(hi, 16).unwrap();
+            if addr >= lo && addr < hi {
+                return perms[..3].to_owned();
+            }
+        }
+        panic!("{addr:#x} not mapped");
+    }
+
+    let lib = common::fixtures_dir().join("libcaller_lazy.so");
+    let lib = CString::new(lib.to_str().unwrap()).unwrap();
+    // SAFETY: a fixture library; its GOT page is made read-only and back with mprotect, and the
+    // slot found by the engine's own index is read with an atomic load.
+    unsafe {
+        let h = libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
+        assert!(!h.is_null());
+        let obj = cuhook::elf::snapshot()
+            .objects
+            .into_iter()
+            .find(|o| o.name.ends_with("libcaller_lazy.so"))
+            .unwrap();
+        let index = cuhook::elf::ObjectIndex::build(obj, None).unwrap();
+        let slot = index
+            .slots("target_add", None)
+            .find(|s| s.kind == cuhook::elf::RelocKind::JumpSlot)
+            .expect("a JUMP_SLOT for target_add");
+        let page_size = libc::sysconf(libc::_SC_PAGESIZE) as usize;
+        let page = slot.address & !(page_size - 1);
+        assert_eq!(
+            maps_protection(slot.address),
+            "rw-",
+            "lazy GOT starts writable"
+        );
+        assert_eq!(
+            libc::mprotect(page as *mut _, page_size, libc::PROT_READ),
+            0
+        );
+        let read = |a: usize| {
+            std::sync::atomic::AtomicUsize::from_ptr(a as *mut usize).load(Ordering::Acquire)
+        };
+        let before = read(slot.address);
+
+        let set = cuhook::hooks::HookSet::new(
+            "protection",
+            vec![
+                cuhook::hooks::Hook::new("target_add", add as *const () as usize, &REAL_ADD)
+                    .unwrap(),
+            ],
+        )
+        .unwrap();
+        let installed = cuhook::hooks::install(&set).unwrap();
+        assert_eq!(
+            read(slot.address),
+            add as *const () as usize,
+            "slot patched"
+        );
+        let patched = cuhook::hooks::patched_slots();
+        let entry = patched.iter().find(|p| p.address == slot.address).unwrap();
+        assert_eq!(entry.protection, "r--", "journaled protection");
+        assert_eq!(
+            maps_protection(slot.address),
+            "r--",
+            "protection kept while installed"
+        );
+        let call: extern "C" fn(c_int, c_int) -> c_int =
+            std::mem::transmute(libc::dlsym(h, c"caller_add".as_ptr()));
+        assert_eq!(call(2, 3), 5);
+        assert!(CALLS.load(Ordering::Relaxed) >= 1, "hook reached");
+
+        let report = installed.uninstall().unwrap();
+        assert!(report.restored >= 1 && report.failed == 0, "{report:?}");
+        assert_eq!(read(slot.address), before, "slot restored bit for bit");
+        assert_eq!(
+            maps_protection(slot.address),
+            "r--",
+            "protection restored exactly"
+        );
+        assert_eq!(
+            libc::mprotect(
+                page as *mut _,
+                page_size,
+                libc::PROT_READ | libc::PROT_WRITE
+            ),
+            0
+        );
+    }
+}
+
+/// The same, with `PROCMAP_QUERY` turned off (older kernels): protections come from the
+/// `/proc/self/maps` text.
+#[test]
+fn page_protected_by_the_program_is_seen_and_kept_text() {
+    if std::env::var_os("CUHOOK_NO_PROCMAP_QUERY").is_some() {
+        return; // this is the re-run itself
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "page_protected_by_the_program_is_seen_and_kept",
+            "--nocapture",
+        ])
+        .env("CUHOOK_NO_PROCMAP_QUERY", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -1,6 +1,7 @@
 //! The loader interposers (dlopen, dlmopen, dlclose, dlsym, dlvsym) on the fixture app
 //! `app_dl`, one process per scenario.
 
+#[macro_use]
 mod common;
 
 use common::run_fixture;
@@ -33,4 +34,92 @@ loader_tests! {
     dlmopen_namespace_reported_not_patched: "dlmopen" => ["dlmopen_opened", "namespace_call_correct",
         "namespace_skip_reported", "main_namespace_still_hooked"];
     concurrent_dlopen_calls_and_installs: "stress" => ["stress_no_errors", "stress_results", "stress_rounds"];
+}
+
+/// In this process (the other tests run fixture processes): a `dlopen` that adds exactly one
+/// object is handled through the returned handle and its `dlclose` through `_dl_find_object`,
+/// without walking the loader's list; one that adds two objects (a library and its new
+/// dependency) takes the walk. Both patch and forget exactly as a walk would.
+#[test]
+fn one_new_object_is_handled_without_a_walk() {
+    use std::ffi::{c_char, c_int, c_void, CString};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
+    static REAL_MUL: AtomicUsize = AtomicUsize::new(0);
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    counting_hook!(add, REAL_ADD, CALLS);
+    counting_hook!(mul, REAL_MUL, CALLS);
+    type Open = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
+    type Close = unsafe extern "C" fn(*mut c_void) -> c_int;
+    type Call = unsafe extern "C" fn(c_int, c_int) -> c_int;
+
+    let dir = common::fixtures_dir();
+    let path = |name: &str| CString::new(dir.join(name).to_str().unwrap()).unwrap();
+    // SAFETY: fixture libraries built by build.rs; symbols looked up with their C types.
+    unsafe {
+        for lib in ["libtarget.so", "libdlcaller.so"] {
+            let h = libc::dlopen(path(lib).as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
+            assert!(!h.is_null(), "{lib}");
+        }
+        let caller = libc::dlopen(path("libdlcaller.so").as_ptr(), libc::RTLD_NOW);
+        let open: Open = std::mem::transmute(libc::dlsym(caller, c"dlcaller_open".as_ptr()));
+        let close: Close = std::mem::transmute(libc::dlsym(caller, c"dlcaller_close".as_ptr()));
+
+        let set = cuhook::hooks::HookSet::new(
+            "quick",
+            vec![
+                cuhook::hooks::Hook::new("target_add", add as *const () as usize, &REAL_ADD)
+                    .unwrap(),
+                cuhook::hooks::Hook::new("target_mul", mul as *const () as usize, &REAL_MUL)
+                    .unwrap(),
+            ],
+        )
+        .unwrap();
+        let installed = cuhook::hooks::install(&set).unwrap();
+        let slots_in = |name: &str| {
+            cuhook::hooks::patched_slots()
+                .iter()
+                .filter(|s| s.object.ends_with(name))
+                .count()
+        };
+        let before = cuhook::hooks::diagnostics();
+
+        // libplugin.so needs only libtarget.so, already loaded: one new object.
+        for round in 0..3 {
+            let h = open(path("libplugin.so").as_ptr(), libc::RTLD_NOW);
+            assert!(!h.is_null());
+            assert!(
+                slots_in("libplugin.so") > 0,
+                "round {round}: plugin not patched"
+            );
+            let call: Call = std::mem::transmute(libc::dlsym(h, c"plugin_call".as_ptr()));
+            let calls = CALLS.load(Ordering::Relaxed);
+            assert_eq!(call(2, 3), 5);
+            assert_eq!(CALLS.load(Ordering::Relaxed), calls + 1, "hook not called");
+            assert_eq!(close(h), 0);
+            assert_eq!(
+                slots_in("libplugin.so"),
+                0,
+                "round {round}: closed plugin not forgotten"
+            );
+        }
+        let quick = cuhook::hooks::diagnostics();
+        assert_eq!(quick.quick_scans, before.quick_scans + 6, "{quick}");
+        assert_eq!(quick.rescans, before.rescans, "a walk was taken: {quick}");
+
+        // libplugin_dep.so brings libdep.so: two new objects, so the walk.
+        let h = open(path("libplugin_dep.so").as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null());
+        assert!(
+            slots_in("libdep.so") > 0,
+            "the new dependency is patched too"
+        );
+        assert_eq!(close(h), 0);
+        assert_eq!(slots_in("libdep.so"), 0);
+        let walked = cuhook::hooks::diagnostics();
+        assert!(walked.rescans > quick.rescans, "{walked}");
+
+        installed.uninstall().unwrap();
+    }
 }

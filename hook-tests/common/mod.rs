@@ -203,3 +203,18 @@ pub fn output_ok(cmd: &mut Command) -> std::process::Output {
     );
     out
 }
+
+/// An in-process hook for a fixture function `int f(int, int)`: counts its calls in `$calls`
+/// and forwards to the original the engine published in `$real` (both `AtomicUsize` statics).
+#[allow(unused_macros)]
+macro_rules! counting_hook {
+    ($name:ident, $real:ident, $calls:ident) => {
+        extern "C" fn $name(a: std::ffi::c_int, b: std::ffi::c_int) -> std::ffi::c_int {
+            $calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: the engine published the original before routing calls here.
+            let real: extern "C" fn(std::ffi::c_int, std::ffi::c_int) -> std::ffi::c_int =
+                unsafe { std::mem::transmute($real.load(std::sync::atomic::Ordering::Acquire)) };
+            real(a, b)
+        }
+    };
+}

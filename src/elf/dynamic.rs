@@ -121,7 +121,7 @@ impl DynamicTables {
         for i in 0..MAX_DYN {
             let d: Dyn = img
                 .read(dyn_addr.wrapping_add(i * std::mem::size_of::<Dyn>()))
-                .ok_or(bad("dynamic section not readable"))?;
+                .ok_or_else(|| bad("dynamic section not readable"))?;
             let v = d.d_val as usize;
             match d.d_tag {
                 DT_NULL => break,
@@ -153,7 +153,7 @@ impl DynamicTables {
         let fix = |v: Option<usize>, what| -> Result<Option<usize>> {
             match v {
                 None => Ok(None),
-                Some(v) => absolute(obj, v).map(Some).ok_or(bad(what)),
+                Some(v) => absolute(obj, v).map(Some).ok_or_else(|| bad(what)),
             }
         };
         let (Some(strtab), Some(symtab)) = (

@@ -10,23 +10,55 @@ use libc::PF_R;
 
 use super::snapshot::LoadedObject;
 
+/// Most objects have at most this many readable `PT_LOAD` segments (four is usual); more are
+/// looked up in the program headers each time.
+const CACHED: usize = 8;
+
 /// Read access to one loaded object's mapped segments.
 pub(crate) struct Image<'a> {
     pub obj: &'a LoadedObject,
+    /// The readable segments, `[start, end)`, copied once: every read is checked against them.
+    readable: [(usize, usize); CACHED],
+    count: usize,
 }
 
 impl<'a> Image<'a> {
     pub fn new(obj: &'a LoadedObject) -> Self {
-        Image { obj }
+        let mut img = Image {
+            obj,
+            readable: [(0, 0); CACHED],
+            count: 0,
+        };
+        for (s, e, flags) in obj.segments() {
+            if flags & PF_R == 0 {
+                continue;
+            }
+            if img.count == CACHED {
+                img.count = usize::MAX;
+                break;
+            }
+            img.readable[img.count] = (s, e);
+            img.count += 1;
+        }
+        img
+    }
+
+    /// The readable segment holding `[addr, addr+len)`.
+    fn segment(&self, addr: usize, len: usize) -> Option<(usize, usize)> {
+        let end = addr.checked_add(len)?;
+        let inside = |&(s, e): &(usize, usize)| addr >= s && end <= e && s < e;
+        if self.count <= CACHED {
+            return self.readable[..self.count].iter().copied().find(inside);
+        }
+        self.obj
+            .segments()
+            .filter(|&(_, _, flags)| flags & PF_R != 0)
+            .map(|(s, e, _)| (s, e))
+            .find(inside)
     }
 
     fn readable(&self, addr: usize, len: usize) -> bool {
-        let Some(end) = addr.checked_add(len) else {
-            return false;
-        };
-        self.obj
-            .segments()
-            .any(|(s, e, flags)| flags & PF_R != 0 && addr >= s && end <= e)
+        self.segment(addr, len).is_some()
     }
 
     /// Read a plain-old-data value at an absolute address.
@@ -42,10 +74,7 @@ impl<'a> Image<'a> {
     /// The NUL-terminated string at `addr`, looking at most `max` bytes and never past a
     /// segment's end.
     pub fn c_str(&self, addr: usize, max: usize) -> Option<&'a [u8]> {
-        let (_, seg_end, _) = self
-            .obj
-            .segments()
-            .find(|&(s, e, flags)| flags & PF_R != 0 && addr >= s && addr < e)?;
+        let (_, seg_end) = self.segment(addr, 1)?;
         let len = max.min(seg_end - addr);
         // SAFETY: `[addr, addr+len)` lies inside one readable segment.
         let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };

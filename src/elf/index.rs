@@ -14,6 +14,7 @@ use goblin::elf64::sym::Sym;
 use super::dynamic::{DynamicTables, Rel, RelocTable, Verdaux, Verdef, Vernaux, Verneed};
 use super::image::Image;
 use super::snapshot::LoadedObject;
+use super::symbols::wanted_indexes;
 use crate::Result;
 
 /// Which kind of relocation fills a slot. Only these three ever name a function we can hook.
@@ -82,6 +83,9 @@ pub struct ObjectIndex {
     pub object: Arc<LoadedObject>,
     /// Constructors ran before anyone could patch this object (if it was loaded late).
     pub has_constructors: bool,
+    /// The object may define one of the wanted symbols (its scope can tell where a hooked
+    /// function lives even when nothing imports it through a slot).
+    pub defines_wanted: bool,
     entries: Vec<Entry>,
     arena: Vec<u8>,
 }
@@ -99,13 +103,16 @@ impl fmt::Debug for ObjectIndex {
 const MAX_SYMBOL: usize = 4096;
 
 impl ObjectIndex {
-    /// Read the object's relocation tables and index every hookable slot of a symbol that
-    /// `wanted` accepts. (Big objects have hundreds of thousands of relocations; indexing only
-    /// the hooked names keeps install time down.)
-    pub fn build(object: Arc<LoadedObject>, wanted: &dyn Fn(&[u8]) -> bool) -> Result<ObjectIndex> {
+    /// Read the object's relocation tables and index every hookable slot of a symbol named in
+    /// `wanted` (sorted; `None`: every symbol). Big objects have hundreds of thousands of
+    /// relocations: the wanted names are first turned into symbol indexes through the object's
+    /// hash table, so most relocations cost an integer comparison, not a string read, and an
+    /// object that imports none of them is not scanned at all.
+    pub fn build(object: Arc<LoadedObject>, wanted: Option<&[Vec<u8>]>) -> Result<ObjectIndex> {
         let mut idx = ObjectIndex {
             object: object.clone(),
             has_constructors: false,
+            defines_wanted: false,
             entries: Vec::new(),
             arena: Vec::new(),
         };
@@ -117,6 +124,21 @@ impl ObjectIndex {
             return Ok(idx);
         }
         let img = Image::new(&object);
+        let indexes = wanted.and_then(|names| wanted_indexes(&img, &tables, names));
+        idx.defines_wanted = match &indexes {
+            Some(ix) => ix.iter().any(|&i| {
+                img.read::<Sym>(tables.symtab + i as usize * tables.syment)
+                    .is_some_and(|s| s.st_shndx as u32 != SHN_UNDEF)
+            }),
+            None => true,
+        };
+        if indexes.as_ref().is_some_and(|i| i.is_empty()) {
+            return Ok(idx);
+        }
+        let by_name = |name: &[u8]| match wanted {
+            None => true,
+            Some(names) => names.binary_search_by(|w| w.as_slice().cmp(name)).is_ok(),
+        };
         let versions = VersionNames::read(&img, &tables);
         for table in &tables.relocs {
             for (offset, info, addend) in relocations(&img, table) {
@@ -126,6 +148,11 @@ impl ObjectIndex {
                 let sym_index = r_sym(info) as usize;
                 if sym_index == 0 || (kind == RelocKind::Abs64 && (!table.rela || addend != 0)) {
                     continue;
+                }
+                if let Some(ix) = &indexes {
+                    if ix.binary_search(&(sym_index as u32)).is_err() {
+                        continue;
+                    }
                 }
                 let address = object.base.wrapping_add(offset as usize);
                 if !address.is_multiple_of(std::mem::align_of::<usize>())
@@ -139,7 +166,7 @@ impl ObjectIndex {
                 let Some(name) = tables.string(&img, sym.st_name as usize) else {
                     continue;
                 };
-                if name.is_empty() || !wanted(name) {
+                if name.is_empty() || !by_name(name) {
                     continue;
                 }
                 let defined_here = sym.st_shndx as u32 != SHN_UNDEF;
@@ -205,6 +232,12 @@ impl ObjectIndex {
         let e = self.entries.iter().find(|e| e.slot.address == address)?;
         e.version
             .and_then(|v| std::str::from_utf8(name_of(&self.arena, v)).ok())
+    }
+
+    /// Whether any slot is a non-PIE executable's canonical PLT import (see
+    /// [`Slot::canonical_plt`]); almost always only the main program has them.
+    pub fn has_canonical_plt(&self) -> bool {
+        self.entries.iter().any(|e| e.slot.canonical_plt.is_some())
     }
 
     /// Number of hookable slots.
@@ -339,8 +372,8 @@ mod tests {
     fn indexes_only_wanted_symbols_of_the_test_program() {
         let snap = snapshot();
         let exe = snap.objects[0].clone();
-        let all = ObjectIndex::build(exe.clone(), &|_| true).unwrap();
-        let some = ObjectIndex::build(exe, &|n| n == b"malloc").unwrap();
+        let all = ObjectIndex::build(exe.clone(), None).unwrap();
+        let some = ObjectIndex::build(exe, Some(&[b"malloc".to_vec()])).unwrap();
         assert!(
             all.slots("malloc", None).next().is_some(),
             "the test program imports malloc"
@@ -358,5 +391,48 @@ mod tests {
         for (_, _, slot) in all.iter() {
             assert!(slot.address % 8 == 0 && all.object.contains(slot.address));
         }
+    }
+
+    /// The hash-table shortcut finds exactly the slots a name-by-name scan finds, in every
+    /// object of this process (executable, libc, libgcc, the loader, the vDSO).
+    #[test]
+    fn hash_lookup_finds_the_same_slots_as_reading_every_name() {
+        let mut names: Vec<Vec<u8>> = [
+            "malloc",
+            "free",
+            "getpid",
+            "dlopen",
+            "dlsym",
+            "pthread_create",
+            "__cxa_finalize",
+            "strlen",
+            "memcpy",
+            "_Unwind_Resume",
+            "__libc_start_main",
+            "abort",
+        ]
+        .iter()
+        .map(|n| n.as_bytes().to_vec())
+        .collect();
+        names.sort();
+        let mut compared = 0;
+        for obj in snapshot().objects {
+            let Ok(all) = ObjectIndex::build(obj.clone(), None) else {
+                continue;
+            };
+            let fast = ObjectIndex::build(obj.clone(), Some(&names)).unwrap();
+            let slow: Vec<_> = all
+                .iter()
+                .filter(|(n, _, _)| names.iter().any(|w| w == n.as_bytes()))
+                .map(|(n, v, s)| (n.to_owned(), v.map(str::to_owned), s))
+                .collect();
+            let got: Vec<_> = fast
+                .iter()
+                .map(|(n, v, s)| (n.to_owned(), v.map(str::to_owned), s))
+                .collect();
+            assert_eq!(got, slow, "{}", obj.display_name());
+            compared += slow.len();
+        }
+        assert!(compared > 0, "no object imports any of the names");
     }
 }

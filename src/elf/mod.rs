@@ -13,4 +13,5 @@ pub use dynamic::{absolute, DynamicTables, RelocTable};
 pub use image::segments_contain;
 pub use index::{ObjectIndex, RelocKind, Slot};
 pub use snapshot::{counters, snapshot, Counters, LoadedObject, Snapshot};
+pub(crate) use snapshot::{has_counters, name_bytes};
 pub use symbols::defines;

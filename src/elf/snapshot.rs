@@ -20,11 +20,16 @@ pub struct LoadedObject {
     pub name: String,
     /// Copy of the program headers.
     pub phdrs: Vec<Elf64_Phdr>,
-    /// Position in the loader's list (0 is the main program).
+    /// Position in the loader's list (0 is the main program); [`Self::UNKNOWN_POSITION`]
+    /// for an object described through its handle rather than found by a walk.
     pub position: usize,
 }
 
 impl LoadedObject {
+    /// The position of an object that was not found by walking the list (never the main
+    /// program).
+    pub const UNKNOWN_POSITION: usize = usize::MAX;
+
     /// A human-readable name: the path, or `<main program>`.
     pub fn display_name(&self) -> &str {
         if self.name.is_empty() {
@@ -110,13 +115,13 @@ struct Sizes {
 /// Longest object name we copy; longer ones are truncated (PATH_MAX).
 const MAX_NAME: usize = 4096;
 
-fn has_counters(size: usize) -> bool {
+pub(crate) fn has_counters(size: usize) -> bool {
     size >= std::mem::offset_of!(dl_phdr_info, dlpi_subs) + std::mem::size_of::<u64>()
 }
 
 /// # Safety
 /// `info.dlpi_name` must be NULL or a NUL-terminated string (the loader guarantees it).
-unsafe fn name_bytes(info: &dl_phdr_info) -> &[u8] {
+pub(crate) unsafe fn name_bytes(info: &dl_phdr_info) -> &[u8] {
     if info.dlpi_name.is_null() {
         return &[];
     }

@@ -76,7 +76,71 @@ pub fn defines(obj: &LoadedObject, name: &str, version: Option<&str>) -> bool {
     false
 }
 
+/// The dynamic-symbol indexes whose names are in `names` (sorted), found through the hash
+/// table instead of by reading the name of every relocation's symbol; `None` when the object
+/// has no usable hash table (then every relocation must be checked by name).
+///
+/// Complete by construction: a GNU hash table covers every symbol from `symoffset` on, so the
+/// symbols below it (the unhashed ones: imports, locals; usually few) are read by name and the
+/// rest are looked up per wanted name; a SysV table covers every symbol.
+pub(crate) fn wanted_indexes(
+    img: &Image<'_>,
+    t: &DynamicTables,
+    names: &[Vec<u8>],
+) -> Option<Vec<u32>> {
+    let is_wanted = |index: usize| -> bool {
+        img.read::<Sym>(t.symtab + index * t.syment)
+            .and_then(|sym| t.string(img, sym.st_name as usize))
+            .is_some_and(|n| names.binary_search_by(|w| w.as_slice().cmp(n)).is_ok())
+    };
+    let mut found = Vec::new();
+    if let Some(at) = t.gnu_hash {
+        let symoffset = img.read::<u32>(at + 4)?;
+        for index in 1..(symoffset as usize).min(MAX_CHAIN) {
+            if is_wanted(index) {
+                found.push(index as u32);
+            }
+        }
+        for name in names {
+            let named = |index: usize| {
+                img.read::<Sym>(t.symtab + index * t.syment)
+                    .and_then(|sym| t.string(img, sym.st_name as usize))
+                    == Some(name.as_slice())
+            };
+            walk_gnu(img, at, name, |index| {
+                if named(index) {
+                    found.push(index as u32);
+                }
+                false
+            });
+        }
+    } else if let Some(at) = t.hash {
+        for name in names {
+            walk_sysv(img, at, name, |index| {
+                if is_wanted(index) {
+                    found.push(index as u32);
+                }
+                false
+            });
+        }
+    } else {
+        return None;
+    }
+    found.sort_unstable();
+    found.dedup();
+    Some(found)
+}
+
 fn lookup_gnu(img: &Image<'_>, at: usize, name: &[u8], matches: impl Fn(usize) -> bool) -> bool {
+    walk_gnu(img, at, name, matches)
+}
+
+fn lookup_sysv(img: &Image<'_>, at: usize, name: &[u8], matches: impl Fn(usize) -> bool) -> bool {
+    walk_sysv(img, at, name, matches)
+}
+
+/// Visit the symbols of `name`'s GNU hash chain whose hash matches, until `visit` says stop.
+fn walk_gnu(img: &Image<'_>, at: usize, name: &[u8], mut visit: impl FnMut(usize) -> bool) -> bool {
     let (Some(nbuckets), Some(symoffset), Some(bloom_size)) = (
         img.read::<u32>(at),
         img.read::<u32>(at + 4),
@@ -100,7 +164,7 @@ fn lookup_gnu(img: &Image<'_>, at: usize, name: &[u8], matches: impl Fn(usize) -
         let Some(ch) = img.read::<u32>(chains + (index - symoffset) as usize * 4) else {
             return false;
         };
-        if (ch | 1) == (h | 1) && matches(index as usize) {
+        if (ch | 1) == (h | 1) && visit(index as usize) {
             return true;
         }
         if ch & 1 != 0 {
@@ -114,7 +178,13 @@ fn lookup_gnu(img: &Image<'_>, at: usize, name: &[u8], matches: impl Fn(usize) -
     false
 }
 
-fn lookup_sysv(img: &Image<'_>, at: usize, name: &[u8], matches: impl Fn(usize) -> bool) -> bool {
+/// Visit the symbols of `name`'s SysV hash chain, until `visit` says stop.
+fn walk_sysv(
+    img: &Image<'_>,
+    at: usize,
+    name: &[u8],
+    mut visit: impl FnMut(usize) -> bool,
+) -> bool {
     let (Some(nbucket), Some(nchain)) = (img.read::<u32>(at), img.read::<u32>(at + 4)) else {
         return false;
     };
@@ -130,7 +200,7 @@ fn lookup_sysv(img: &Image<'_>, at: usize, name: &[u8], matches: impl Fn(usize) 
         if index == 0 {
             return false;
         }
-        if matches(index as usize) {
+        if visit(index as usize) {
             return true;
         }
         let Some(next) = img.read::<u32>(chain + index as usize * 4) else {

@@ -63,8 +63,11 @@ pub struct Diagnostics {
     pub resolver_races: u64,
     /// Objects indexed so far.
     pub objects_indexed: u64,
-    /// Incremental scans for new objects.
+    /// Incremental scans for new objects (walks of the loader's list).
     pub rescans: u64,
+    /// `dlopen`/`dlclose` calls whose one new or removed object was handled through its
+    /// handle, without walking the loader's list.
+    pub quick_scans: u64,
     /// Loader events that found the engine busy for too long and were left to the running
     /// operation's catch-up scan.
     pub deferred_scans: u64,
@@ -110,8 +113,8 @@ impl std::fmt::Display for Diagnostics {
         }
         writeln!(
             f,
-            "counters resolver_races={} objects_indexed={} rescans={} deferred_scans={}",
-            self.resolver_races, self.objects_indexed, self.rescans, self.deferred_scans
+            "counters resolver_races={} objects_indexed={} rescans={} quick_scans={} deferred_scans={}",
+            self.resolver_races, self.objects_indexed, self.rescans, self.quick_scans, self.deferred_scans
         )
     }
 }

@@ -2,18 +2,23 @@
 //! patch and restore slots. One lock (the patch lock) serialises every operation.
 
 use std::cell::Cell;
-use std::ffi::CStr;
+use std::collections::{HashMap, HashSet};
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::elf::{self, Counters, LoadedObject, ObjectIndex, Slot};
-use crate::patch::{compare_and_write, read_slot, Journal, JournalEntry, ProtectionMap, SlotWrite};
+use crate::patch::{
+    compare_and_write, Journal, JournalEntry, LeftWritable, ProtectionMap, SlotWrite, WriteFailure,
+};
 use crate::{Error, Result};
 
+use super::batch::Batch;
 use super::diagnostics::{push_bounded, Conflict, Diagnostics, ForeignSlot};
 use super::interpose::{dl_hook_set, publish, DL_SET_NAME};
-use super::loader::{clear_dlerror, lookup_global, Pin};
+use super::loader::{clear_dlerror, object_at, Pin};
+use super::resolver::{matters, Resolver};
 use super::set::{Hook, HookSet};
 use super::skip::{exclude_list, skip_reason};
 
@@ -23,10 +28,23 @@ struct InstalledSet {
     refs: usize,
 }
 
+/// An object the engine has seen: indexed, or left alone (skipped, unreadable).
+pub(super) struct Known {
+    pub object: Arc<LoadedObject>,
+    pub index: Option<Arc<ObjectIndex>>,
+    /// Its `struct link_map`, once learnt (0 until then): what `dlclose` hands us.
+    link_map: usize,
+}
+
 pub(crate) struct State {
     sets: Vec<InstalledSet>,
     pub(crate) journal: Journal,
-    known: Vec<Arc<ObjectIndex>>,
+    /// Every object seen in the loader's list, by load bias (then name).
+    known: Option<HashMap<usize, Vec<Known>>>,
+    /// link map → load bias of the known object, for `dlclose`.
+    by_link_map: Option<HashMap<usize, usize>>,
+    /// Indexes with canonical PLT imports (non-PIE executables), which every resolution checks.
+    canonical: Vec<Arc<ObjectIndex>>,
     last_counters: Counters,
     pub(crate) diag: Diagnostics,
     next_id: u64,
@@ -39,7 +57,9 @@ pub(crate) struct State {
 static STATE: spin::Mutex<State> = spin::Mutex::new(State {
     sets: Vec::new(),
     journal: Journal::new(),
-    known: Vec::new(),
+    known: None,
+    by_link_map: None,
+    canonical: Vec::new(),
     last_counters: Counters { adds: 0, subs: 0 },
     diag: Diagnostics::new(),
     next_id: 1,
@@ -105,6 +125,9 @@ impl Drop for Operation {
     }
 }
 
+/// Up to this many new objects found by one scan are pinned by name before they are read.
+const PIN_BEFORE_INDEX: usize = 64;
+
 /// How long an API call waits for another thread's operation. Bounded, so that a thread that
 /// holds the dynamic loader's lock (a library destructor calling cuhook) while another thread's
 /// operation waits for that lock gets `Busy` instead of both hanging.
@@ -133,13 +156,15 @@ pub(crate) fn install(set: &HookSet) -> Result<u64> {
     st.want(&dl_set);
     st.want(set);
     let (all, _) = st.sync();
-    // The loader interposers come with the first set, so later dlopens get patched too.
+    // The loader interposers come with the first set, so later dlopens get patched too. Both
+    // sets are applied in one batch: each object is pinned once.
+    let mut ids = Vec::with_capacity(2);
     if !st.sets.iter().any(|s| s.set.name == DL_SET_NAME) {
-        let dl = st.add_set(dl_set);
-        st.patch(&[dl], &all);
+        ids.push(st.add_set(dl_set));
     }
     let id = st.add_set(set.clone());
-    st.patch(&[id], &all);
+    ids.push(id);
+    st.patch(&ids, &all);
     st.catch_up();
     Ok(id)
 }
@@ -148,11 +173,7 @@ pub(crate) fn install(set: &HookSet) -> Result<u64> {
 /// installed set, forget objects that were unloaded. Cheap when nothing changed (one
 /// `dl_iterate_phdr` step, no lock). `patience`: how long to wait for a busy engine.
 pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
-    // Fast path: nothing was loaded or unloaded since the last scan (no lock, no allocation).
-    let now = elf::counters();
-    if now.adds == SCANNED_ADDS.load(Ordering::Acquire)
-        && now.subs == SCANNED_SUBS.load(Ordering::Acquire)
-    {
+    if unchanged() {
         return Ok(0);
     }
     let Some(mut op) = Operation::begin(patience) else {
@@ -162,6 +183,45 @@ pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
         return Err(busy());
     };
     Ok(op.state().catch_up())
+}
+
+/// After a successful `dlopen` that returned `handle`: like [`rescan`], but when the loader's
+/// counters say exactly one object was added since the last scan and `handle`'s object is
+/// unknown, that object is the new one: it is described through the handle and patched
+/// while the handle pins it, without walking the list of loaded objects or pinning by name.
+///
+/// # Safety
+/// `handle` must be the live handle the real `dlopen` just returned, not yet handed to the
+/// caller (so nobody can close it meanwhile).
+#[allow(unsafe_code)]
+pub(crate) unsafe fn rescan_opened(
+    handle: *mut c_void,
+    patience: Option<Duration>,
+) -> Result<usize> {
+    if unchanged() {
+        return Ok(0);
+    }
+    let mut op = Operation::begin(patience).ok_or_else(busy)?;
+    // SAFETY: forwarded from the caller.
+    Ok(unsafe { op.state().opened(handle) })
+}
+
+/// After a successful `dlclose(handle)`: like [`rescan`], but when exactly one object was
+/// removed since the last scan and it is the known object of `handle`, and glibc confirms that
+/// nothing is mapped there any more, only that object is forgotten (no walk).
+pub(crate) fn rescan_closed(handle: *mut c_void, patience: Option<Duration>) -> Result<usize> {
+    if unchanged() {
+        return Ok(0);
+    }
+    let mut op = Operation::begin(patience).ok_or_else(busy)?;
+    Ok(op.state().closed(handle as usize))
+}
+
+/// Nothing was loaded or unloaded since the last scan (no lock, no allocation).
+fn unchanged() -> bool {
+    let now = elf::counters();
+    now.adds == SCANNED_ADDS.load(Ordering::Acquire)
+        && now.subs == SCANNED_SUBS.load(Ordering::Acquire)
 }
 
 /// Record that `object` was opened into another namespace and is not patched.
@@ -216,23 +276,12 @@ pub(crate) fn uninstall(id: u64) -> Result<UninstallReport> {
     Ok(report)
 }
 
-fn protection_map(addresses: impl Iterator<Item = usize>) -> Result<ProtectionMap> {
-    let (mut lo, mut hi) = (usize::MAX, 0usize);
-    for a in addresses {
-        lo = lo.min(a);
-        hi = hi.max(a + 8);
-    }
-    if lo >= hi {
-        return Ok(ProtectionMap::default());
-    }
-    ProtectionMap::read(lo, hi)
-}
-
 /// One slot write decided before any write is made.
-struct Plan {
+struct Plan<'h> {
     set_id: u64,
-    index: Arc<ObjectIndex>,
-    hook: Hook,
+    /// Position of the object in its batch.
+    object: usize,
+    hook: &'h Hook,
     slot: Slot,
     expected: usize,
     original: usize,
@@ -251,7 +300,9 @@ impl State {
             }
         }
         if grew {
-            self.known.clear();
+            self.known = None;
+            self.by_link_map = None;
+            self.canonical.clear();
         }
     }
 
@@ -268,29 +319,33 @@ impl State {
         self.dirty = true;
         let entries = self.journal.take_set(set_id);
         let snap = elf::snapshot();
-        let loaded = |o: &LoadedObject| {
-            snap.objects
-                .iter()
-                .any(|s| s.base == o.base && s.name == o.name)
-        };
-        let mut pins: Vec<(usize, String, Pin)> = Vec::new();
+        let loaded: HashSet<(usize, &str)> = snap
+            .objects
+            .iter()
+            .map(|o| (o.base, o.name.as_str()))
+            .collect();
+        // One pin per object (entries share their object's `Arc`); `None`: gone or unpinnable.
+        let mut pins: HashMap<usize, Option<Pin>> = HashMap::new();
         let mut report = UninstallReport::default();
         let mut writable = Vec::new();
         for e in entries {
             let pinned = pins
-                .iter()
-                .any(|(b, n, _)| *b == e.object.base && *n == e.object.name)
-                || (loaded(&e.object)
-                    && Pin::object(&e.object)
-                        .map(|p| pins.push((e.object.base, e.object.name.clone(), p)))
-                        .is_some());
+                .entry(Arc::as_ptr(&e.object) as usize)
+                .or_insert_with(|| {
+                    if loaded.contains(&(e.object.base, e.object.name.as_str())) {
+                        Pin::object(&e.object)
+                    } else {
+                        None
+                    }
+                })
+                .is_some();
             if pinned {
                 writable.push(e);
             } else {
                 report.gone += 1;
             }
         }
-        let maps = match protection_map(writable.iter().map(|e| e.address)) {
+        let maps = match ProtectionMap::for_addresses(writable.iter().map(|e| e.address)) {
             Ok(m) => m,
             Err(e) => {
                 // Nothing was written: keep the entries, so a later uninstall can retry.
@@ -331,46 +386,165 @@ impl State {
         Ok(report)
     }
 
-    /// Sync the object cache with the loader's list: drop what was unloaded (and its journal
-    /// entries: those slots no longer exist), index what is new. Returns (all, new).
-    fn refresh(
-        &mut self,
-        objects: &[Arc<LoadedObject>],
-    ) -> (Vec<Arc<ObjectIndex>>, Vec<Arc<ObjectIndex>>) {
-        let same = |a: &LoadedObject, b: &LoadedObject| a.base == b.base && a.name == b.name;
+    /// The known object with this load bias and name.
+    fn find_known(&self, base: usize, name: &str) -> Option<&Known> {
         self.known
-            .retain(|k| objects.iter().any(|o| same(o, &k.object)));
-        self.journal
-            .forget_objects(|o| !objects.iter().any(|s| same(s, o)));
-        let exclude = exclude_list();
-        let (mut all, mut new) = (Vec::new(), Vec::new());
-        for obj in objects {
-            if let Some(k) = self.known.iter().find(|k| same(&k.object, obj)) {
-                all.push(k.clone());
-                continue;
-            }
-            if let Some(reason) = skip_reason(obj, &exclude) {
-                push_bounded(
-                    &mut self.diag.skipped,
-                    (obj.display_name().to_owned(), reason),
-                );
-                continue;
-            }
-            let wanted = &self.wanted;
-            match ObjectIndex::build(obj.clone(), &|n| {
-                wanted.binary_search_by(|w| w.as_slice().cmp(n)).is_ok()
-            }) {
+            .as_ref()?
+            .get(&base)?
+            .iter()
+            .find(|k| k.object.name == name)
+    }
+
+    /// Take a new object into the cache: index it, or note why it is left alone. Returns its
+    /// index when it has one.
+    fn admit(
+        &mut self,
+        obj: Arc<LoadedObject>,
+        link_map: usize,
+        exclude: &[String],
+    ) -> Option<Arc<ObjectIndex>> {
+        let index = if let Some(reason) = skip_reason(&obj, exclude) {
+            push_bounded(
+                &mut self.diag.skipped,
+                (obj.display_name().to_owned(), reason),
+            );
+            None
+        } else {
+            match ObjectIndex::build(obj.clone(), Some(&self.wanted)) {
                 Ok(idx) => {
                     let idx = Arc::new(idx);
                     self.diag.objects_indexed += 1;
-                    self.known.push(idx.clone());
-                    all.push(idx.clone());
-                    new.push(idx);
+                    if idx.has_canonical_plt() {
+                        self.canonical.push(idx.clone());
+                    }
+                    Some(idx)
                 }
-                Err(e) => push_bounded(&mut self.diag.unreadable, e.to_string()),
+                Err(e) => {
+                    push_bounded(&mut self.diag.unreadable, e.to_string());
+                    None
+                }
+            }
+        };
+        let base = obj.base;
+        self.known
+            .get_or_insert_with(HashMap::new)
+            .entry(base)
+            .or_default()
+            .push(Known {
+                object: obj,
+                index: index.clone(),
+                link_map: 0,
+            });
+        if link_map != 0 {
+            self.learn_link_map(base, link_map);
+        }
+        index
+    }
+
+    /// Remember which link map the known object at `base` has (the last one admitted there).
+    fn learn_link_map(&mut self, base: usize, link_map: usize) {
+        if let Some(k) = self
+            .known
+            .as_mut()
+            .and_then(|m| m.get_mut(&base))
+            .and_then(|v| v.last_mut())
+        {
+            k.link_map = link_map;
+            self.by_link_map
+                .get_or_insert_with(HashMap::new)
+                .insert(link_map, base);
+        }
+    }
+
+    /// Forget an unloaded object: its cache entry and its journal entries (those slots no
+    /// longer exist).
+    fn forget(&mut self, obj: &Arc<LoadedObject>) {
+        if let Some(list) = self.known.as_mut().and_then(|m| m.get_mut(&obj.base)) {
+            if let Some(pos) = list.iter().position(|k| Arc::ptr_eq(&k.object, obj)) {
+                let k = list.swap_remove(pos);
+                if list.is_empty() {
+                    self.known.as_mut().map(|m| m.remove(&obj.base));
+                }
+                if k.link_map != 0 {
+                    if let Some(m) = &mut self.by_link_map {
+                        if m.get(&k.link_map) == Some(&obj.base) {
+                            m.remove(&k.link_map);
+                        }
+                    }
+                }
+                if k.index.as_ref().is_some_and(|i| i.has_canonical_plt()) {
+                    self.canonical.retain(|c| !Arc::ptr_eq(&c.object, obj));
+                }
             }
         }
-        (all, new)
+        self.journal.forget_object(obj);
+    }
+
+    /// Sync the object cache with the loader's list: drop what was unloaded (and its journal
+    /// entries), index what is new. Linear in the number of objects. Returns (all, new, and
+    /// the pins taken for the new ones).
+    ///
+    /// A few new objects (a `dlopen`'s catch-up) are pinned before they are read, so that a
+    /// concurrent `dlclose` cannot unmap them under the indexer. Many (the first install into
+    /// a big process) are indexed without pins, as before: pinning each by name would cost
+    /// O(N²), and objects loaded at start-up, the bulk of them, are never unloaded. (Reading
+    /// them inside a loader walk needs an allocation-free indexer: see docs/performance.md.)
+    #[allow(clippy::type_complexity)]
+    fn refresh(
+        &mut self,
+        objects: &[Arc<LoadedObject>],
+    ) -> (
+        Vec<Arc<ObjectIndex>>,
+        Vec<Arc<ObjectIndex>>,
+        Vec<Option<Pin>>,
+    ) {
+        let mut present: HashSet<usize> = HashSet::with_capacity(objects.len());
+        let (mut all, mut fresh) = (Vec::new(), Vec::new());
+        for obj in objects {
+            if let Some(k) = self.find_known(obj.base, &obj.name) {
+                present.insert(Arc::as_ptr(&k.object) as usize);
+                all.extend(k.index.clone());
+            } else {
+                fresh.push(obj.clone());
+            }
+        }
+        let gone: Vec<Arc<LoadedObject>> = self
+            .known
+            .iter()
+            .flat_map(|m| m.values().flatten())
+            .filter(|k| !present.contains(&(Arc::as_ptr(&k.object) as usize)))
+            .map(|k| k.object.clone())
+            .collect();
+        for g in &gone {
+            self.forget(g);
+        }
+        let exclude = if fresh.is_empty() {
+            Vec::new()
+        } else {
+            exclude_list()
+        };
+        let pin_first = fresh.len() <= PIN_BEFORE_INDEX;
+        let (mut new, mut pins) = (Vec::new(), Vec::new());
+        for obj in fresh {
+            let pin = if pin_first && skip_reason(&obj, &exclude).is_none() {
+                match Pin::object(&obj) {
+                    Some(p) => Some(p),
+                    None => {
+                        // Gone already, or not reachable by name: never read it.
+                        push_bounded(&mut self.diag.unpinnable, obj.display_name().to_owned());
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            if let Some(idx) = self.admit(obj, 0, &exclude) {
+                all.push(idx.clone());
+                new.push(idx);
+                pins.push(pin);
+            }
+        }
+        (all, new, pins)
     }
 
     /// Patch objects loaded since the last scan until the loader's counters stop moving.
@@ -387,31 +561,108 @@ impl State {
         patched
     }
 
+    /// The `dlopen` fast path (see [`rescan_opened`]).
+    ///
+    /// # Safety
+    /// As [`rescan_opened`].
+    #[allow(unsafe_code)]
+    unsafe fn opened(&mut self, handle: *mut c_void) -> usize {
+        let now = elf::counters();
+        let last = self.last_counters;
+        if now.subs == last.subs && now.adds == last.adds.wrapping_add(1) && self.known.is_some() {
+            // SAFETY: the caller holds `handle` open for the whole call.
+            let pin = unsafe { Pin::borrowed(handle) };
+            if let Some((obj, link_map)) = pin.describe() {
+                if self.find_known(obj.base, &obj.name).is_none() {
+                    // One object was added since the last scan and this one is new: it is that
+                    // object.
+                    self.diag.quick_scans += 1;
+                    self.last_counters = now;
+                    let exclude = exclude_list();
+                    let patched = match self.admit(Arc::new(obj), link_map, &exclude) {
+                        Some(idx) if matters(&idx) => self.patch_new(Batch::pinned(idx, pin)),
+                        _ => 0,
+                    };
+                    return patched + self.catch_up();
+                }
+            }
+        }
+        self.catch_up()
+    }
+
+    /// The `dlclose` fast path (see [`rescan_closed`]).
+    fn closed(&mut self, link_map: usize) -> usize {
+        let now = elf::counters();
+        let last = self.last_counters;
+        if now.adds == last.adds && now.subs == last.subs.wrapping_add(1) {
+            let obj = self
+                .by_link_map
+                .as_ref()
+                .and_then(|m| m.get(&link_map))
+                .and_then(|&base| self.known.as_ref()?.get(&base))
+                .and_then(|v| v.iter().find(|k| k.link_map == link_map))
+                .map(|k| k.object.clone());
+            if let Some(obj) = obj {
+                let probe = obj.segments().next().map(|(start, _, _)| start);
+                // Gone when no object covers its first segment any more, or another one does.
+                let gone = probe
+                    .and_then(object_at)
+                    .is_some_and(|found| found != Some(link_map));
+                if gone {
+                    self.diag.quick_scans += 1;
+                    self.forget(&obj);
+                    self.last_counters = now;
+                }
+            }
+        }
+        self.catch_up()
+    }
+
     /// Take a snapshot of the loaded objects and sync with it: unloaded objects are forgotten,
     /// new ones indexed and patched with every installed set. Returns every known object and
     /// the number of slots patched.
     fn sync(&mut self) -> (Vec<Arc<ObjectIndex>>, usize) {
         let snap = elf::snapshot();
-        let (all, new) = self.refresh(&snap.objects);
+        let (all, new, pins) = self.refresh(&snap.objects);
         self.last_counters = snap.counters;
-        let patched = self.patch_new(&new);
+        // Nothing to apply before the first set is installed.
+        if self.sets.is_empty() {
+            return (all, 0);
+        }
+        let (new, pins): (Vec<_>, Vec<_>) = new
+            .into_iter()
+            .zip(pins)
+            .filter(|(i, _)| matters(i))
+            .unzip();
+        let batch = Batch::with_pins(new, pins, self.last_counters.subs);
+        let patched = self.patch_new(batch);
         (all, patched)
+    }
+
+    /// The objects that matter to a patch (those with slots, and those that may define a
+    /// hooked function: their scope is searched for originals), as a batch touched through
+    /// walks of the loader's list (see `batch.rs`).
+    fn batch(&self, objects: &[Arc<ObjectIndex>]) -> Batch {
+        let objects = objects.iter().filter(|i| matters(i)).cloned().collect();
+        Batch::listed(objects, self.last_counters.subs)
     }
 
     /// Patch objects that appeared since the last scan with every installed set, and note those
     /// whose constructors already ran unhooked.
-    fn patch_new(&mut self, new: &[Arc<ObjectIndex>]) -> usize {
-        if new.is_empty() {
+    fn patch_new(&mut self, mut batch: Batch) -> usize {
+        if batch.is_empty() {
             return 0;
         }
         let ids: Vec<u64> = self.sets.iter().map(|s| s.id).collect();
-        let journal_before = self.journal.entries().len();
-        let patched = self.patch(&ids, new);
-        let late: Vec<String> = self.journal.entries()
-            [journal_before.min(self.journal.entries().len())..]
-            .iter()
+        let mark = self.journal.mark();
+        let patched = self.patch_batch(&ids, &mut batch);
+        let late: Vec<String> = self
+            .journal
+            .since(mark)
             .filter(|e| {
-                new.iter()
+                batch
+                    .objects
+                    .iter()
                     .any(|n| Arc::ptr_eq(&n.object, &e.object) && n.has_constructors)
             })
             .map(|e| e.object.display_name().to_owned())
@@ -428,88 +679,106 @@ impl State {
         if objects.is_empty() || set_ids.is_empty() {
             return 0;
         }
-        let mut pinned: Vec<(Arc<ObjectIndex>, Pin)> = Vec::new();
-        for idx in objects {
-            match Pin::object(&idx.object) {
-                Some(pin) => pinned.push((idx.clone(), pin)),
-                None => push_bounded(
-                    &mut self.diag.unpinnable,
-                    idx.object.display_name().to_owned(),
-                ),
-            }
-        }
-        let mut plans = Vec::new();
-        for &id in set_ids {
-            let Some(hooks) = self
-                .sets
-                .iter()
-                .find(|s| s.id == id)
-                .map(|s| s.set.hooks.clone())
-            else {
-                continue;
-            };
-            for hook in &hooks {
-                self.plan_hook(id, hook, &pinned, &mut plans);
-            }
-        }
-        self.write(plans, &pinned)
+        let mut batch = self.batch(objects);
+        self.patch_batch(set_ids, &mut batch)
     }
 
-    fn plan_hook(
+    fn patch_batch(&mut self, set_ids: &[u64], batch: &mut Batch) -> usize {
+        if batch.is_empty() {
+            return 0;
+        }
+        let sets: Vec<(u64, Arc<[Hook]>)> = set_ids
+            .iter()
+            .filter_map(|&id| {
+                let s = self.sets.iter().find(|s| s.id == id)?;
+                Some((id, s.set.hooks.clone()))
+            })
+            .collect();
+        // Every slot value the plans need, read in one pass.
+        let names: Vec<(&str, Option<&str>)> = sets
+            .iter()
+            .flat_map(|(_, hooks)| hooks.iter())
+            .map(|h| (h.symbol(), h.version()))
+            .collect();
+        let slots: Vec<Vec<usize>> = batch
+            .objects
+            .iter()
+            .map(|idx| {
+                let mut v: Vec<usize> = names
+                    .iter()
+                    .flat_map(|&(symbol, version)| idx.slots(symbol, version).map(|s| s.address))
+                    .collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            })
+            .collect();
+        for i in batch.read_values(&slots) {
+            push_bounded(
+                &mut self.diag.unpinnable,
+                batch.objects[i].object.display_name().to_owned(),
+            );
+        }
+        let mut plans = Vec::new();
+        for (id, hooks) in &sets {
+            for hook in hooks.iter() {
+                self.plan_hook(*id, hook, batch, &mut plans);
+            }
+        }
+        self.write(plans, batch)
+    }
+
+    fn plan_hook<'h>(
         &mut self,
         set_id: u64,
-        hook: &Hook,
-        pinned: &[(Arc<ObjectIndex>, Pin)],
-        plans: &mut Vec<Plan>,
+        hook: &'h Hook,
+        batch: &Batch,
+        plans: &mut Vec<Plan<'h>>,
     ) {
-        let any_slot = pinned
+        let (symbol, version) = (hook.symbol(), hook.version());
+        let any_slot = batch
+            .objects
             .iter()
-            .any(|(idx, _)| idx.slots(hook.symbol(), hook.version()).next().is_some());
+            .any(|idx| idx.slots(symbol, version).next().is_some());
         if !any_slot && hook.original.get() != 0 {
             return;
         }
-        let resolver = Resolver::new(hook, pinned, &self.known);
-        let mut original = resolver.definition(hook.version.as_deref(), None);
-        if original == 0 {
-            // Not in the global scope (a library loaded RTLD_LOCAL): its own scope knows it.
-            original = pinned
-                .iter()
-                .map(|(_, p)| p.lookup(&hook.symbol, hook.version.as_deref()))
-                .find(|&a| a != 0 && !resolver.canonical.contains(&a))
-                .unwrap_or(0);
-        }
+        let resolver = Resolver::new(hook, batch, &self.canonical, self.known.as_ref());
         // While slots of this hook are patched, its published original is what they call: a
         // different definition found later (another copy of the library) must not replace it;
         // slots bound to that one are conflicts instead.
         let published = hook.original.get();
-        let live = self
-            .journal
-            .entries()
-            .iter()
-            .any(|e| e.set_id == set_id && &*e.symbol == hook.symbol());
-        if published != 0 && live {
-            original = published;
+        let live = published != 0 && self.journal.has_symbol(set_id, symbol);
+        let mut original = if live {
+            published
+        } else {
+            resolver.definition(hook.version.as_deref(), None)
+        };
+        if original == 0 {
+            // Not in the global scope (a library loaded RTLD_LOCAL): the scope of an object that
+            // defines it knows it.
+            original = resolver.in_definers(hook.version.as_deref());
         }
         let first = plans.len();
-        for (idx, pin) in pinned {
-            for slot in idx.slots(hook.symbol(), hook.version()) {
+        for (i, idx) in batch.objects.iter().enumerate() {
+            for slot in idx.slots(symbol, version) {
                 if self.journal.contains(set_id, slot.address) {
                     continue;
                 }
-                // SAFETY: the slot lies in a pinned object and was validated by the index.
-                #[allow(unsafe_code)]
-                let value = unsafe { read_slot(slot.address) };
+                let Some(value) = batch.value(slot.address) else {
+                    continue;
+                };
                 if value == hook.replacement {
                     continue;
                 }
-                let bound = resolver.binding(value, slot, idx, pin);
+                let bound = resolver.binding(value, slot, idx, i);
                 if original == 0 {
                     original = bound;
                 }
                 if bound != original || bound == 0 {
                     let c = Conflict {
                         object: idx.object.display_name().to_owned(),
-                        symbol: hook.symbol().to_owned(),
+                        symbol: symbol.to_owned(),
                         address: slot.address,
                         bound_to: bound,
                         original,
@@ -519,8 +788,8 @@ impl State {
                 }
                 plans.push(Plan {
                     set_id,
-                    index: idx.clone(),
-                    hook: hook.clone(),
+                    object: i,
+                    hook,
                     slot,
                     expected: value,
                     original,
@@ -537,172 +806,114 @@ impl State {
         }
     }
 
-    fn write(&mut self, plans: Vec<Plan>, pinned: &[(Arc<ObjectIndex>, Pin)]) -> usize {
-        let maps = match protection_map(plans.iter().map(|p| p.slot.address)) {
+    fn write(&mut self, plans: Vec<Plan>, batch: &Batch) -> usize {
+        let maps = match ProtectionMap::for_addresses(plans.iter().map(|p| p.slot.address)) {
             Ok(m) => m,
             Err(e) => {
                 push_bounded(&mut self.diag.unreadable, e.to_string());
                 return 0;
             }
         };
-        let mut written = 0;
-        let batch_start = self.journal.entries().len();
-        for p in plans {
-            let name = p.index.object.display_name();
-            let mut expected = p.expected;
-            // One retry: a concurrent lazy-binding resolution may have just filled the slot.
-            for _ in 0..2 {
-                // SAFETY: pinned object, validated aligned slot, patch lock held.
-                #[allow(unsafe_code)]
-                let outcome = unsafe {
-                    compare_and_write(&maps, name, p.slot.address, expected, p.hook.replacement)
-                };
+        let mut expected: Vec<usize> = plans.iter().map(|p| p.expected).collect();
+        let mut pending: Vec<usize> = (0..plans.len()).collect();
+        let mut fresh = Vec::new();
+        // One retry: a concurrent lazy-binding resolution may have just filled the slot.
+        for attempt in 0..2 {
+            let writes: Vec<(usize, usize, usize, usize)> = pending
+                .iter()
+                .map(|&k| {
+                    let p = &plans[k];
+                    (p.object, p.slot.address, expected[k], p.hook.replacement)
+                })
+                .collect();
+            let outcomes = batch.write(&maps, &writes);
+            let mut retry = Vec::new();
+            for (&k, outcome) in pending.iter().zip(outcomes) {
+                let p = &plans[k];
+                let name = batch.objects[p.object].object.display_name();
                 match outcome {
-                    Ok(SlotWrite::Written { protection }) => {
+                    None => push_bounded(&mut self.diag.unpinnable, name.to_owned()),
+                    Some(Ok((SlotWrite::Written { protection }, restored))) => {
+                        if let Err(LeftWritable(errno)) = restored {
+                            let e = WriteFailure::Protect(errno).into_error(name, p.slot.address);
+                            crate::log!(crate::log::Level::Error, "{e}");
+                        }
                         self.journal.record(JournalEntry {
                             set_id: p.set_id,
-                            object: p.index.object.clone(),
+                            object: batch.objects[p.object].object.clone(),
                             symbol: Arc::from(p.hook.symbol()),
                             address: p.slot.address,
                             kind: p.slot.kind,
-                            old: expected,
+                            old: expected[k],
                             new: p.hook.replacement,
                             protection,
                         });
-                        written += 1;
-                        break;
+                        fresh.push(k);
                     }
-                    Ok(SlotWrite::Mismatch { actual }) => {
-                        let pin = pinned
-                            .iter()
-                            .find(|(i, _)| Arc::ptr_eq(i, &p.index))
-                            .map(|(_, pin)| pin);
-                        let rebound = pin.map(|pin| {
-                            Resolver::new(&p.hook, pinned, &self.known)
-                                .binding(actual, p.slot, &p.index, pin)
-                        });
-                        if actual == p.hook.replacement || rebound != Some(p.original) {
-                            break;
+                    Some(Ok((SlotWrite::Mismatch { actual }, _))) => {
+                        if attempt > 0 || actual == p.hook.replacement {
+                            continue;
                         }
-                        self.diag.resolver_races += 1;
-                        expected = actual;
+                        let rebound =
+                            Resolver::new(p.hook, batch, &self.canonical, self.known.as_ref())
+                                .binding(actual, p.slot, &batch.objects[p.object], p.object);
+                        if rebound == p.original {
+                            self.diag.resolver_races += 1;
+                            expected[k] = actual;
+                            retry.push(k);
+                        }
                     }
-                    Err(e) => {
-                        push_bounded(&mut self.diag.unreadable, e.to_string());
-                        break;
-                    }
+                    Some(Err(f)) => push_bounded(
+                        &mut self.diag.unreadable,
+                        f.into_error(name, p.slot.address).to_string(),
+                    ),
                 }
             }
+            pending = retry;
+            if pending.is_empty() {
+                break;
+            }
         }
-        self.recheck(batch_start, &maps);
-        written
+        self.recheck(&plans, &fresh, batch, &maps);
+        fresh.len()
     }
 
     /// A thread already inside the lazy-binding resolver for a slot we just patched writes the
     /// resolved function over our hook when it finishes. Look at the slots of this batch once
     /// more and patch again any that now hold exactly their original.
-    fn recheck(&mut self, batch_start: usize, maps: &ProtectionMap) {
-        let end = self.journal.entries().len();
-        for i in batch_start..end {
-            let e = self.journal.entries()[i].clone();
-            // SAFETY: the object is still pinned by the caller and the slot was just written.
-            #[allow(unsafe_code)]
-            let now = unsafe { read_slot(e.address) };
-            if now == e.new {
-                continue;
-            }
-            let original = self.sets.iter().find(|s| s.id == e.set_id).and_then(|s| {
-                s.set
-                    .hooks
-                    .iter()
-                    .find(|h| h.symbol() == &*e.symbol)
-                    .map(|h| h.original.get())
-            });
-            if original == Some(now) {
-                // SAFETY: as above; patch lock held.
-                #[allow(unsafe_code)]
-                let again = unsafe {
-                    compare_and_write(maps, e.object.display_name(), e.address, now, e.new)
-                };
-                if matches!(again, Ok(SlotWrite::Written { .. })) {
-                    self.diag.resolver_races += 1;
-                }
+    fn recheck(&mut self, plans: &[Plan], fresh: &[usize], batch: &Batch, maps: &ProtectionMap) {
+        if fresh.is_empty() {
+            return;
+        }
+        // The original each slot would hold if a resolver overwrote our hook.
+        let writes: Vec<(usize, usize, usize, usize)> = fresh
+            .iter()
+            .map(|&k| {
+                let p = &plans[k];
+                (
+                    p.object,
+                    p.slot.address,
+                    p.hook.original.get(),
+                    p.hook.replacement,
+                )
+            })
+            .filter(|w| w.2 != 0)
+            .collect();
+        // A compare-and-write of original → hook: writes only where the original is back.
+        for outcome in batch.write(maps, &writes).into_iter().flatten() {
+            if matches!(outcome, Ok((SlotWrite::Written { .. }, _))) {
+                self.diag.resolver_races += 1;
             }
         }
     }
 
     /// Every live patch.
-    pub(crate) fn entries(&self) -> &[JournalEntry] {
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &JournalEntry> + '_ {
         self.journal.entries()
     }
 
     pub(crate) fn set_name(&self, id: u64) -> Option<&str> {
         self.sets.iter().find(|s| s.id == id).map(|s| s.set.name())
-    }
-}
-
-/// Finds the function a symbol really resolves to, never a PLT stub.
-struct Resolver<'a> {
-    symbol: &'a CStr,
-    pinned: &'a [(Arc<ObjectIndex>, Pin)],
-    /// Canonical PLT entries (non-PIE executables) of this symbol: addresses that *look* like
-    /// the function but jump through a GOT slot we may have patched.
-    canonical: Vec<usize>,
-}
-
-impl<'a> Resolver<'a> {
-    fn new(
-        hook: &'a Hook,
-        pinned: &'a [(Arc<ObjectIndex>, Pin)],
-        known: &[Arc<ObjectIndex>],
-    ) -> Self {
-        let canonical = known
-            .iter()
-            .flat_map(|i| {
-                i.slots(hook.symbol(), None)
-                    .filter_map(|s| s.canonical_plt)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        Resolver {
-            symbol: &hook.symbol,
-            pinned,
-            canonical,
-        }
-    }
-
-    /// The definition the loader would bind: global scope first, then the importer's own
-    /// scope (objects loaded `RTLD_LOCAL`), skipping canonical PLT entries.
-    fn definition(&self, version: Option<&CStr>, importer: Option<&Pin>) -> usize {
-        let mut found = lookup_global(self.symbol, version);
-        if found == 0 {
-            if let Some(pin) = importer {
-                found = pin.lookup(self.symbol, version);
-            }
-        }
-        if found != 0 && self.canonical.contains(&found) {
-            found = self
-                .pinned
-                .iter()
-                .filter(|(i, _)| i.object.position != 0)
-                .map(|(_, p)| p.lookup(self.symbol, version))
-                .find(|&a| a != 0 && !self.canonical.contains(&a))
-                .unwrap_or(0);
-        }
-        found
-    }
-
-    /// What a slot holding `value` is bound to. A value inside the importer itself is its
-    /// lazy PLT stub (or its own canonical entry): resolve in the importer's scope instead.
-    fn binding(&self, value: usize, slot: Slot, importer: &ObjectIndex, pin: &Pin) -> usize {
-        if importer.object.contains(value) || self.canonical.contains(&value) {
-            let version = importer
-                .version_of(slot.address)
-                .and_then(|v| std::ffi::CString::new(v).ok());
-            self.definition(version.as_deref(), Some(pin))
-        } else {
-            value
-        }
     }
 }
 
@@ -719,6 +930,7 @@ impl Diagnostics {
             resolver_races: 0,
             objects_indexed: 0,
             rescans: 0,
+            quick_scans: 0,
             deferred_scans: 0,
         }
     }

@@ -20,10 +20,12 @@
 //! without a time limit, and an operation started on a thread that is already inside one is
 //! refused with [`Error::Busy`](crate::Error::Busy) instead of deadlocking.
 
+mod batch;
 mod diagnostics;
 mod engine;
 mod interpose;
 mod loader;
+mod resolver;
 mod set;
 mod skip;
 
@@ -125,7 +127,6 @@ pub struct PatchedSlot {
 pub fn patched_slots() -> Vec<PatchedSlot> {
     engine::with_state(|st| {
         st.entries()
-            .iter()
             .map(|e| PatchedSlot {
                 set: st.set_name(e.set_id).unwrap_or("?").to_owned(),
                 object: e.object.display_name().to_owned(),

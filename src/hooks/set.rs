@@ -131,7 +131,8 @@ impl Hook {
 #[derive(Debug, Clone)]
 pub struct HookSet {
     pub(crate) name: String,
-    pub(crate) hooks: Vec<Hook>,
+    /// Shared: the engine takes the list for every batch it patches.
+    pub(crate) hooks: std::sync::Arc<[Hook]>,
 }
 
 impl HookSet {
@@ -149,7 +150,7 @@ impl HookSet {
         }
         Ok(HookSet {
             name: name.to_owned(),
-            hooks,
+            hooks: hooks.into(),
         })
     }
 
@@ -171,7 +172,7 @@ impl HookSet {
             && self
                 .hooks
                 .iter()
-                .zip(&other.hooks)
+                .zip(other.hooks.iter())
                 .all(|(a, b)| a.key() == b.key())
     }
 }

@@ -11,4 +11,6 @@ mod slot;
 
 pub use journal::{Journal, JournalEntry};
 pub use protection::{letters, ProtectionMap};
-pub use slot::{compare_and_write, read_slot, SlotWrite};
+pub use slot::{
+    compare_and_write, compare_and_write_raw, read_slot, LeftWritable, SlotWrite, WriteFailure,
+};

@@ -1,19 +1,62 @@
-//! Page protections read from the kernel (`/proc/self/maps`, through `region`), read once per
-//! batch of writes so patching a thousand slots does not re-read the map a thousand times.
+//! Page protections as the kernel has them now, asked one mapping at a time.
+//!
+//! The protection of a GOT page cannot be derived from the object's program headers alone:
+//! glibc makes `PT_GNU_RELRO` read-only only after relocation, and the program may `mprotect`
+//! its own pages. Only the kernel knows, so we ask it, as cheaply as it allows:
+//!
+//! - Linux ≥ 6.11: the `PROCMAP_QUERY` ioctl on `/proc/self/maps` answers "which mapping covers
+//!   this address, with which protection" in well under a microsecond, whatever the number of
+//!   mappings, without producing or reading any text. The file is opened once and kept (close on
+//!   exec); before each batch its identity (`fstat`) and our pid (a forked child must not query
+//!   its parent's map) are checked, and it is reopened when either changed.
+//! - Older kernels (or a sandbox that refuses the ioctl): the mappings overlapping the batch are
+//!   read from `/proc/self/maps` text (through `region`), once per batch. The environment
+//!   variable `CUHOOK_NO_PROCMAP_QUERY=1` selects this path (tests use it).
+//!
+//! Answers are cached for the batch (one query usually covers every slot of an object's GOT),
+//! so a batch must not outlive the patch lock: the engine holds it while it writes.
+#![allow(unsafe_code)]
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 use region::Protection;
 
 use crate::{Error, Result};
 
-/// The protections of the mappings covering a span of addresses, at one moment.
+/// The protections of the mappings covering some addresses, at one moment.
 #[derive(Debug, Default)]
 pub struct ProtectionMap {
-    regions: Vec<(usize, usize, Protection)>,
+    /// Mappings known so far: (start, end, protection), sorted by start.
+    regions: RefCell<Vec<(usize, usize, Protection)>>,
+    /// The kernel query to fill misses with; `None`: only `regions` (read from text) count.
+    query: Option<MapsQuery>,
 }
 
 impl ProtectionMap {
-    /// Read the mappings that overlap `[lo, hi)`.
-    pub fn read(lo: usize, hi: usize) -> Result<ProtectionMap> {
+    /// A map for writes to `addresses`: asks the kernel lazily where it can, else reads the
+    /// mappings overlapping their span now.
+    pub fn for_addresses(addresses: impl Iterator<Item = usize>) -> Result<ProtectionMap> {
+        if let Some(query) = MapsQuery::open() {
+            return Ok(ProtectionMap {
+                regions: RefCell::new(Vec::new()),
+                query: Some(query),
+            });
+        }
+        let (mut lo, mut hi) = (usize::MAX, 0usize);
+        for a in addresses {
+            lo = lo.min(a);
+            hi = hi.max(a.saturating_add(8));
+        }
+        if lo >= hi {
+            return Ok(ProtectionMap::default());
+        }
+        Self::read_text(lo, hi)
+    }
+
+    /// Read the mappings that overlap `[lo, hi)` from `/proc/self/maps` (the fallback; also
+    /// what the tests compare the kernel query with).
+    pub fn read_text(lo: usize, hi: usize) -> Result<ProtectionMap> {
         let size = hi.saturating_sub(lo).max(1);
         let err = |e: region::Error| Error::QueryProtection {
             address: lo,
@@ -26,20 +69,208 @@ impl ProtectionMap {
             regions.push((range.start, range.end, r.protection()));
         }
         regions.sort_by_key(|r| r.0);
-        Ok(ProtectionMap { regions })
+        Ok(ProtectionMap {
+            regions: RefCell::new(regions),
+            query: None,
+        })
+    }
+
+    /// Make room for `n` more answers, so that asking allocates nothing (inside a
+    /// `dl_iterate_phdr` callback).
+    pub fn reserve(&self, n: usize) {
+        self.regions.borrow_mut().reserve(n);
+    }
+
+    /// Whether this map asks the kernel with `PROCMAP_QUERY` (rather than reading text).
+    pub fn uses_kernel_query(&self) -> bool {
+        self.query.is_some()
     }
 
     /// The protection of the page holding `addr`.
     pub fn at(&self, addr: usize) -> Result<Protection> {
-        let i = self.regions.partition_point(|r| r.1 <= addr);
-        match self.regions.get(i) {
-            Some(&(s, e, p)) if addr >= s && addr < e => Ok(p),
-            _ => Err(Error::QueryProtection {
+        if let Some(p) = lookup(&self.regions.borrow(), addr) {
+            return Ok(p);
+        }
+        let Some(query) = &self.query else {
+            return Err(Error::QueryProtection {
                 address: addr,
                 errno: libc::ENOMEM,
-            }),
-        }
+            });
+        };
+        let (start, end, p) = query.covering(addr)?;
+        let mut regions = self.regions.borrow_mut();
+        let at = regions.partition_point(|r| r.0 < start);
+        regions.insert(at, (start, end, p));
+        Ok(p)
     }
+}
+
+fn lookup(regions: &[(usize, usize, Protection)], addr: usize) -> Option<Protection> {
+    let i = regions.partition_point(|r| r.1 <= addr);
+    match regions.get(i) {
+        Some(&(s, e, p)) if addr >= s && addr < e => Some(p),
+        _ => None,
+    }
+}
+
+/// `struct procmap_query` of `<linux/fs.h>` (Linux 6.11).
+#[repr(C)]
+#[derive(Default)]
+struct ProcmapQuery {
+    size: u64,
+    query_flags: u64,
+    query_addr: u64,
+    vma_start: u64,
+    vma_end: u64,
+    vma_flags: u64,
+    vma_page_size: u64,
+    vma_offset: u64,
+    inode: u64,
+    dev_major: u32,
+    dev_minor: u32,
+    vma_name_size: u32,
+    build_id_size: u32,
+    vma_name_addr: u64,
+    build_id_addr: u64,
+}
+
+/// `_IOWR('f', 17, struct procmap_query)`.
+const PROCMAP_QUERY: libc::c_ulong = (3 << 30)
+    | ((std::mem::size_of::<ProcmapQuery>() as libc::c_ulong) << 16)
+    | ((b'f' as libc::c_ulong) << 8)
+    | 17;
+const VMA_READABLE: u64 = 1;
+const VMA_WRITABLE: u64 = 2;
+const VMA_EXECUTABLE: u64 = 4;
+
+/// The kept `/proc/self/maps` descriptor: -1 not opened yet, -2 the kernel has no
+/// `PROCMAP_QUERY` (use the text), else the descriptor.
+static MAPS_FD: AtomicI32 = AtomicI32::new(-1);
+/// The pid that opened `MAPS_FD`.
+static MAPS_PID: AtomicI32 = AtomicI32::new(0);
+/// `st_dev` and `st_ino` of `MAPS_FD` when we opened it.
+static MAPS_DEV: AtomicU64 = AtomicU64::new(0);
+static MAPS_INO: AtomicU64 = AtomicU64::new(0);
+const UNSUPPORTED: i32 = -2;
+
+fn current_pid() -> i32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}
+
+/// A validated `/proc/self/maps` descriptor of this process.
+#[derive(Debug)]
+struct MapsQuery {
+    fd: i32,
+}
+
+impl MapsQuery {
+    /// The kept descriptor if it is still ours, else a fresh one; `None` when the kernel query
+    /// is not available.
+    fn open() -> Option<MapsQuery> {
+        let fd = MAPS_FD.load(Ordering::Acquire);
+        if fd == UNSUPPORTED {
+            return None;
+        }
+        if fd == -1 && std::env::var_os("CUHOOK_NO_PROCMAP_QUERY").is_some_and(|v| v == "1") {
+            MAPS_FD.store(UNSUPPORTED, Ordering::Release);
+            return None;
+        }
+        let pid = current_pid();
+        if fd >= 0 && MAPS_PID.load(Ordering::Acquire) == pid && same_file(fd) {
+            return Some(MapsQuery { fd });
+        }
+        // Not opened yet, opened by our parent before a fork, or closed (and maybe reused) by
+        // the program: open our own. (A forked child's inherited descriptor is left alone.)
+        // SAFETY: a NUL-terminated path; the descriptor is ours.
+        let fresh = unsafe {
+            libc::open(
+                c"/proc/self/maps".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        };
+        if fresh < 0 {
+            return None;
+        }
+        let q = MapsQuery { fd: fresh };
+        // Probe with an address that is surely mapped: this function's code.
+        if q.covering(MapsQuery::open as *const () as usize).is_err() {
+            // SAFETY: closing the descriptor we just opened.
+            unsafe { libc::close(fresh) };
+            MAPS_FD.store(UNSUPPORTED, Ordering::Release);
+            return None;
+        }
+        let Some((dev, ino)) = identity(fresh) else {
+            // SAFETY: as above.
+            unsafe { libc::close(fresh) };
+            return None;
+        };
+        MAPS_DEV.store(dev, Ordering::Release);
+        MAPS_INO.store(ino, Ordering::Release);
+        MAPS_PID.store(pid, Ordering::Release);
+        let old = MAPS_FD.swap(fresh, Ordering::AcqRel);
+        if old >= 0 && old != fresh && same_file_as(old, dev, ino) {
+            // Ours from before (same process, still the same file): not needed any more.
+            // SAFETY: closing our own stale descriptor.
+            unsafe { libc::close(old) };
+        }
+        Some(q)
+    }
+
+    /// The mapping covering `addr`: (start, end, protection).
+    fn covering(&self, addr: usize) -> Result<(usize, usize, Protection)> {
+        let mut q = ProcmapQuery {
+            size: std::mem::size_of::<ProcmapQuery>() as u64,
+            query_addr: addr as u64,
+            ..Default::default()
+        };
+        // SAFETY: PROCMAP_QUERY reads and writes exactly one `struct procmap_query`, whose size
+        // we pass in `size`; the name and build-id buffers are not requested (sizes 0).
+        let rc = unsafe { libc::ioctl(self.fd, PROCMAP_QUERY as _, &mut q as *mut ProcmapQuery) };
+        if rc != 0 {
+            return Err(Error::QueryProtection {
+                address: addr,
+                errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+            });
+        }
+        let (start, end) = (q.vma_start as usize, q.vma_end as usize);
+        if !(start <= addr && addr < end) {
+            return Err(Error::QueryProtection {
+                address: addr,
+                errno: libc::ENOMEM,
+            });
+        }
+        let mut p = Protection::NONE;
+        for (bit, prot) in [
+            (VMA_READABLE, Protection::READ),
+            (VMA_WRITABLE, Protection::WRITE),
+            (VMA_EXECUTABLE, Protection::EXECUTE),
+        ] {
+            if q.vma_flags & bit != 0 {
+                p |= prot;
+            }
+        }
+        Ok((start, end, p))
+    }
+}
+
+fn identity(fd: i32) -> Option<(u64, u64)> {
+    // SAFETY: fstat fills the zeroed struct for a descriptor (or fails).
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+fn same_file_as(fd: i32, dev: u64, ino: u64) -> bool {
+    identity(fd) == Some((dev, ino))
+}
+
+fn same_file(fd: i32) -> bool {
+    same_file_as(
+        fd,
+        MAPS_DEV.load(Ordering::Acquire),
+        MAPS_INO.load(Ordering::Acquire),
+    )
 }
 
 /// `rwx` letters as in `/proc/self/maps`.
@@ -59,5 +290,153 @@ pub(crate) fn errno_of(e: &region::Error) -> i32 {
         region::Error::SystemCall(errno) => *errno,
         region::Error::UnmappedRegion => libc::ENOMEM,
         _ => libc::EINVAL,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tests share the kept descriptor, and one of them closes it under the others.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Pages of every kind this process has: code (r-x), read-only data, RELRO (r--),
+    /// writable data (rw-), and fresh anonymous pages whose protection we set ourselves.
+    #[test]
+    fn kernel_query_agrees_with_the_maps_text() {
+        let _serial = serial();
+        static DATA: AtomicU64 = AtomicU64::new(1);
+        let page = region::page::size();
+        // SAFETY: a fresh private anonymous mapping of three pages, ours alone.
+        let anon = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                3 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        } as usize;
+        assert_ne!(anon as *mut libc::c_void, libc::MAP_FAILED);
+        // SAFETY: the middle page of our own mapping.
+        let rc =
+            unsafe { libc::mprotect((anon + page) as *mut libc::c_void, page, libc::PROT_READ) };
+        assert_eq!(rc, 0);
+        let probes = [
+            kernel_query_agrees_with_the_maps_text as *const () as usize,
+            "a string literal".as_ptr() as usize,
+            &DATA as *const AtomicU64 as usize,
+            anon,
+            anon + page + 8,
+            anon + 2 * page + 16,
+        ];
+        let lazy = ProtectionMap::for_addresses(probes.iter().copied()).unwrap();
+        if !lazy.uses_kernel_query() {
+            eprintln!(
+                "PROCMAP_QUERY unavailable (kernel {}): only the text path was checked",
+                release()
+            );
+        }
+        for &a in &probes {
+            let text = ProtectionMap::read_text(a, a + 8).unwrap().at(a).unwrap();
+            assert_eq!(lazy.at(a).unwrap(), text, "address {a:#x}");
+        }
+        assert_eq!(lazy.at(anon + page).unwrap(), Protection::READ);
+        assert_eq!(lazy.at(anon).unwrap(), Protection::READ_WRITE);
+        // SAFETY: unmapping our own mapping.
+        unsafe { libc::munmap(anon as *mut libc::c_void, 3 * page) };
+        // Unmapped now: the kernel query must say so rather than answer from anything stale.
+        let fresh = ProtectionMap::for_addresses(std::iter::once(anon)).unwrap();
+        assert!(fresh.at(anon + page).is_err());
+    }
+
+    /// Where `PROCMAP_QUERY` exists (Linux ≥ 6.11), it is what the engine uses.
+    #[test]
+    fn kernel_query_used_where_the_kernel_has_it() {
+        let _serial = serial();
+        let (major, minor) = kernel_version();
+        let map = ProtectionMap::for_addresses(std::iter::once(0x1000)).unwrap();
+        if (major, minor) >= (6, 11) && std::env::var_os("CUHOOK_NO_PROCMAP_QUERY").is_none() {
+            assert!(map.uses_kernel_query(), "kernel {}", release());
+        }
+    }
+
+    /// The program closing our descriptor and reusing its number must not make us ask (or
+    /// close) its file; a forked child must not get its parent's answers.
+    #[test]
+    fn kept_descriptor_is_checked_before_each_batch() {
+        let _serial = serial();
+        let probe = kept_descriptor_is_checked_before_each_batch as *const () as usize;
+        let first = ProtectionMap::for_addresses(std::iter::once(probe)).unwrap();
+        if !first.uses_kernel_query() {
+            return;
+        }
+        first.at(probe).unwrap();
+        let fd = MAPS_FD.load(Ordering::Acquire);
+        assert!(fd >= 0);
+        // The program closes it and opens something else under the same number.
+        // SAFETY: our own descriptor, then /dev/null duplicated onto its number.
+        let other = unsafe {
+            libc::close(fd);
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+            assert!(null >= 0);
+            if null != fd {
+                assert_eq!(libc::dup2(null, fd), fd);
+                libc::close(null);
+            }
+            fd
+        };
+        let again = ProtectionMap::for_addresses(std::iter::once(probe)).unwrap();
+        assert_eq!(again.at(probe).unwrap(), Protection::READ_EXECUTE);
+        assert_ne!(MAPS_FD.load(Ordering::Acquire), other, "a fresh descriptor");
+        // The program's file is still open (we did not close it).
+        // SAFETY: F_GETFD only asks whether the descriptor is open.
+        assert!(unsafe { libc::fcntl(other, libc::F_GETFD) } >= 0);
+        // SAFETY: the /dev/null descriptor is ours to close (it stood in for the program's).
+        unsafe { libc::close(other) };
+
+        // A forked child asks about its own mappings.
+        // SAFETY: the child only maps a page, asks, and leaves with _exit.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0);
+            if pid == 0 {
+                let page = libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                ) as usize;
+                let ok = ProtectionMap::for_addresses(std::iter::once(page))
+                    .and_then(|m| m.at(page))
+                    .is_ok_and(|p| p == Protection::READ);
+                libc::_exit(if ok { 0 } else { 1 });
+            }
+            let mut status = 0;
+            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "child saw the wrong mappings"
+            );
+        }
+    }
+
+    fn release() -> String {
+        std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default()
+    }
+
+    fn kernel_version() -> (u32, u32) {
+        let r = release();
+        let mut it = r.trim().split(|c: char| !c.is_ascii_digit());
+        let major = it.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let minor = it.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        (major, minor)
     }
 }

@@ -33,6 +33,40 @@ pub unsafe fn read_slot(address: usize) -> usize {
     unsafe { AtomicUsize::from_ptr(address as *mut usize) }.load(Ordering::Acquire)
 }
 
+/// Why a slot could not be written, without allocating (see [`compare_and_write_raw`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteFailure {
+    /// The page's protection could not be asked (errno).
+    Query(i32),
+    /// The page is executable: it is never made writable.
+    Executable,
+    /// `mprotect` refused to make the page writable (errno).
+    Protect(i32),
+}
+
+impl WriteFailure {
+    /// The error, naming the object.
+    pub fn into_error(self, object: &str, address: usize) -> Error {
+        match self {
+            WriteFailure::Query(errno) => Error::QueryProtection { address, errno },
+            WriteFailure::Executable => Error::ExecutableSlotPage {
+                object: object.to_owned(),
+                address,
+            },
+            WriteFailure::Protect(errno) => Error::Protect {
+                object: object.to_owned(),
+                address,
+                errno,
+            },
+        }
+    }
+}
+
+/// A successful write that could not put the page's protection back (errno): the slot is
+/// written (journal it) but the page was left writable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeftWritable(pub i32);
+
 /// Replace `expected` by `new` in the slot at `address`: make its page writable if it is not,
 /// swap atomically, and put the page's original protection back. Never makes a page W+X.
 ///
@@ -47,7 +81,36 @@ pub unsafe fn compare_and_write(
     expected: usize,
     new: usize,
 ) -> Result<SlotWrite> {
-    let protection = maps.at(address)?;
+    // SAFETY: forwarded from the caller.
+    match unsafe { compare_and_write_raw(maps, address, expected, new) } {
+        Ok((outcome, restored)) => {
+            if let Err(LeftWritable(errno)) = restored {
+                // The slot was written: report the write (so it is journaled and can be undone)
+                // and the page left writable on stderr, rather than lose track of the slot.
+                let e = WriteFailure::Protect(errno).into_error(object, address);
+                crate::log!(crate::log::Level::Error, "{e}");
+            }
+            Ok(outcome)
+        }
+        Err(f) => Err(f.into_error(object, address)),
+    }
+}
+
+/// [`compare_and_write`] that allocates nothing (it may run inside a `dl_iterate_phdr`
+/// callback, given a `maps` with room reserved): failures come back as codes.
+///
+/// # Safety
+/// As [`compare_and_write`].
+pub unsafe fn compare_and_write_raw(
+    maps: &ProtectionMap,
+    address: usize,
+    expected: usize,
+    new: usize,
+) -> std::result::Result<(SlotWrite, std::result::Result<(), LeftWritable>), WriteFailure> {
+    let protection = maps.at(address).map_err(|e| match e {
+        Error::QueryProtection { errno, .. } => WriteFailure::Query(errno),
+        _ => WriteFailure::Query(libc::EINVAL),
+    })?;
     // SAFETY: the caller guarantees the slot is aligned and mapped.
     let slot = unsafe { AtomicUsize::from_ptr(address as *mut usize) };
     let swap = || match slot.compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire) {
@@ -55,29 +118,18 @@ pub unsafe fn compare_and_write(
         Err(actual) => SlotWrite::Mismatch { actual },
     };
     if protection.contains(Protection::WRITE) {
-        return Ok(swap());
+        return Ok((swap(), Ok(())));
     }
     if protection.contains(Protection::EXECUTE) {
-        return Err(Error::ExecutableSlotPage {
-            object: object.to_owned(),
-            address,
-        });
+        return Err(WriteFailure::Executable);
     }
     let page = address & !(region::page::size() - 1);
-    let fail = |e: region::Error| Error::Protect {
-        object: object.to_owned(),
-        address,
-        errno: errno_of(&e),
-    };
     // SAFETY: the page belongs to a mapped object (caller's guarantee); we add only WRITE.
     unsafe { region::protect(page as *const u8, 1, protection | Protection::WRITE) }
-        .map_err(fail)?;
+        .map_err(|e| WriteFailure::Protect(errno_of(&e)))?;
     let outcome = swap();
     // SAFETY: restores exactly the protection the page had before.
-    if let Err(e) = unsafe { region::protect(page as *const u8, 1, protection) } {
-        // The slot was written: report the write (so it is journaled and can be undone) and the
-        // page left writable on stderr, rather than lose track of the slot.
-        crate::log!(crate::log::Level::Error, "{}", fail(e));
-    }
-    Ok(outcome)
+    let restored = unsafe { region::protect(page as *const u8, 1, protection) }
+        .map_err(|e| LeftWritable(errno_of(&e)));
+    Ok((outcome, restored))
 }

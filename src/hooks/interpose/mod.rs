@@ -203,7 +203,10 @@ impl Drop for DepthGuard {
 /// After a successful open: patch what it loaded (outermost open only).
 fn after_open(handle: *mut c_void, depth: &DepthGuard) {
     if !handle.is_null() && depth.0 == 1 {
-        let _ = super::engine::rescan(Some(PATIENCE));
+        // SAFETY: `handle` was just returned by the real loader and is not yet the caller's,
+        // so it stays open for this call.
+        #[allow(unsafe_code)]
+        let _ = unsafe { super::engine::rescan_opened(handle, Some(PATIENCE)) };
     }
 }
 
@@ -262,7 +265,7 @@ pub(super) extern "C" fn dlclose_from(handle: *mut c_void, _caller: usize) -> c_
     #[allow(unsafe_code)]
     let rc = unsafe { real_dlclose()(handle) };
     if rc == 0 {
-        let _ = catch_unwind(|| super::engine::rescan(Some(PATIENCE)));
+        let _ = catch_unwind(|| super::engine::rescan_closed(handle, Some(PATIENCE)));
     }
     rc
 }

@@ -1,0 +1,183 @@
+//! The objects one engine operation reads and writes, and how it may touch them.
+//!
+//! An object handed over with a pin (the handle `dlopen` just returned) is touched directly.
+//! The others are touched without a reference of their own, from inside one walk of the
+//! loader's list per phase (`loader::visit`): pinning each by name would make glibc compare
+//! its name with every object before it, O(N²) for an install into N objects. An object that
+//! the walk cannot vouch for (removed meanwhile, or anything unloaded since the snapshot) is
+//! then pinned by name, the old way, or left alone when it is gone.
+//!
+//! Work done inside a walk runs under the loader's list lock: it reads slot values or writes
+//! slots (atomic operations, `mprotect`, the `PROCMAP_QUERY` ioctl) into storage reserved
+//! beforehand, and never allocates, locks or calls the loader.
+#![allow(unsafe_code)]
+
+use std::cell::OnceCell;
+use std::sync::Arc;
+
+use crate::elf::ObjectIndex;
+use crate::patch::{
+    compare_and_write_raw, read_slot, LeftWritable, ProtectionMap, SlotWrite, WriteFailure,
+};
+
+use super::loader::{visit, Pin};
+
+/// What a raw slot write found.
+pub(crate) type Outcome = Result<(SlotWrite, Result<(), LeftWritable>), WriteFailure>;
+
+pub(crate) struct Batch {
+    pub objects: Vec<Arc<ObjectIndex>>,
+    /// A reference per object, taken lazily (for scope lookups, or when a walk could not
+    /// vouch for the object); `Some(None)`: pinning failed, the object is gone.
+    pins: Vec<OnceCell<Option<Pin>>>,
+    /// Loader removals at the snapshot the objects come from.
+    subs: u64,
+    /// Slot address → value read in [`Batch::read_values`], sorted by address.
+    values: Vec<(usize, usize)>,
+}
+
+impl Batch {
+    /// Objects from a snapshot whose loader removal counter was `subs`; none pinned yet.
+    pub fn listed(objects: Vec<Arc<ObjectIndex>>, subs: u64) -> Batch {
+        let pins = objects.iter().map(|_| OnceCell::new()).collect();
+        Batch {
+            objects,
+            pins,
+            subs,
+            values: Vec::new(),
+        }
+    }
+
+    /// Objects from a snapshot, some already pinned (`pins[i]`).
+    pub fn with_pins(objects: Vec<Arc<ObjectIndex>>, pins: Vec<Option<Pin>>, subs: u64) -> Batch {
+        let mut batch = Batch::listed(objects, subs);
+        for (cell, pin) in batch.pins.iter_mut().zip(pins) {
+            if let Some(pin) = pin {
+                let _ = cell.set(Some(pin));
+            }
+        }
+        batch
+    }
+
+    /// One object with the pin its caller holds.
+    pub fn pinned(object: Arc<ObjectIndex>, pin: Pin) -> Batch {
+        let cell = OnceCell::new();
+        let _ = cell.set(Some(pin));
+        Batch {
+            objects: vec![object],
+            pins: vec![cell],
+            subs: 0,
+            values: Vec::new(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    /// A reference to object `i`, pinning it by name on first use; `None` when it is gone.
+    pub fn pin(&self, i: usize) -> Option<&Pin> {
+        self.pins[i]
+            .get_or_init(|| Pin::object(&self.objects[i].object))
+            .as_ref()
+    }
+
+    fn has_pin(&self, i: usize) -> bool {
+        self.pins[i].get().is_some_and(|p| p.is_some())
+    }
+
+    /// Run `work(i)` for every needed object while it may be touched: pinned ones directly,
+    /// the rest from one walk of the loader's list, and those the walk missed after pinning
+    /// them by name. Returns which objects were touched.
+    /// Objects whose `needed` entry is false are skipped (and reported touched).
+    pub fn touch(&self, needed: &[bool], work: &mut dyn FnMut(usize)) -> Vec<bool> {
+        let mut done: Vec<bool> = needed.iter().map(|n| !n).collect();
+        let (mut listed, mut at): (Vec<&crate::elf::LoadedObject>, Vec<usize>) =
+            (Vec::new(), Vec::new());
+        for (i, d) in done.iter_mut().enumerate() {
+            if *d {
+                continue;
+            }
+            if self.has_pin(i) {
+                work(i);
+                *d = true;
+            } else if self.pins[i].get().is_none() {
+                listed.push(&self.objects[i].object);
+                at.push(i);
+            }
+        }
+        if !listed.is_empty() {
+            let reached = visit(&listed, self.subs, &mut |k| work(at[k]));
+            for (k, r) in reached.into_iter().enumerate() {
+                done[at[k]] = r;
+            }
+        }
+        for (i, d) in done.iter_mut().enumerate() {
+            if !*d && self.pins[i].get().is_none() && self.pin(i).is_some() {
+                work(i);
+                *d = true;
+            }
+        }
+        done
+    }
+
+    /// Read the current value of every given slot (`slots[i]`: addresses in object `i`).
+    /// Returns the objects that could not be read (gone).
+    pub fn read_values(&mut self, slots: &[Vec<usize>]) -> Vec<usize> {
+        let mut values: Vec<Vec<(usize, usize)>> = slots
+            .iter()
+            .map(|s| s.iter().map(|&a| (a, 0)).collect())
+            .collect();
+        let needed: Vec<bool> = values.iter().map(|v| !v.is_empty()).collect();
+        let done = self.touch(&needed, &mut |i| {
+            for v in values[i].iter_mut() {
+                // SAFETY: a slot the index validated (aligned, inside the object), read while
+                // the object is pinned or listed under the loader's lock.
+                v.1 = unsafe { read_slot(v.0) };
+            }
+        });
+        let mut gone = Vec::new();
+        for (i, ok) in done.into_iter().enumerate() {
+            if ok {
+                self.values.extend_from_slice(&values[i]);
+            } else {
+                gone.push(i);
+            }
+        }
+        self.values.sort_unstable();
+        gone
+    }
+
+    /// The value read for `address`, if its object could be read.
+    pub fn value(&self, address: usize) -> Option<usize> {
+        self.values
+            .binary_search_by_key(&address, |v| v.0)
+            .ok()
+            .map(|k| self.values[k].1)
+    }
+
+    /// Compare-and-write each `(object, address, expected, new)`; `None` for writes whose
+    /// object could not be touched.
+    pub fn write(
+        &self,
+        maps: &ProtectionMap,
+        writes: &[(usize, usize, usize, usize)],
+    ) -> Vec<Option<Outcome>> {
+        maps.reserve(writes.len() + 8);
+        let mut by_object: Vec<Vec<usize>> = vec![Vec::new(); self.objects.len()];
+        for (k, w) in writes.iter().enumerate() {
+            by_object[w.0].push(k);
+        }
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; writes.len()];
+        let needed: Vec<bool> = by_object.iter().map(|w| !w.is_empty()).collect();
+        self.touch(&needed, &mut |i| {
+            for &k in &by_object[i] {
+                let (_, address, expected, new) = writes[k];
+                // SAFETY: a validated slot of an object pinned or listed under the loader's lock;
+                // the caller holds the patch lock; `maps` has room, so nothing allocates.
+                outcomes[k] = Some(unsafe { compare_and_write_raw(maps, address, expected, new) });
+            }
+        });
+        outcomes
+    }
+}
