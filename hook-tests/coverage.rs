@@ -349,3 +349,21 @@ fn registry_reuse_callbacks_and_api_errors() {
         "refused_free_still_registered",
     ]);
 }
+
+/// Memory allocated before install and freed after: each free is announced before the real free
+/// (the driver still holds the memory during the callback) with the driver's size, type and
+/// device, found in the pointer's own context.
+#[test]
+fn late_install_free_sized_up_front() {
+    run_fixture("app_cov_drv_lazy", &["late_free"], &[]).assert_passed(&[
+        "installed",
+        "late_free_device",
+        "late_free_managed",
+        "late_free_stream_ordered",
+        "late_free_pinned_host",
+        "late_free_other_context",
+        "late_free_no_context_current",
+        "late_free_unknown_silent",
+        "late_free_context_restored",
+    ]);
+}

@@ -6,9 +6,10 @@
 //! the free event is built from that record (one registry operation per free), before the real
 //! free runs. Only successful calls change the registry: a free the driver refuses puts the
 //! record back, an unmap puts back exactly the pieces it took. A free of a pointer the registry
-//! never saw (made before install) cannot be announced in advance without knowing it is valid:
-//! it is dispatched after the real free succeeded, with size 0; likewise an unmap of a span the
-//! registry holds nothing of.
+//! never saw (made before install) is described by the driver (`cuMemGetAddressRange_v2` in the
+//! pointer's own context) and announced before the real free with the driver's size, type and
+//! device; only when the driver cannot tell is it dispatched after the real free succeeded, with
+//! size 0; likewise an unmap of a span the registry holds nothing of.
 
 use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -97,13 +98,42 @@ pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream:
             }
             Pending::Announced(record)
         }
-        None => {
-            let mut ev = MemEvent::new(EventKind::Free, address, 0, api);
-            ev.flags = extra_flags;
-            ev.stream = stream;
-            Pending::Unknown(ev)
-        }
+        None => unknown_free(api, address, extra_flags, stream),
     }
+}
+
+/// A free of a pointer the registry does not know (allocated before install, or never through
+/// a hooked call): the driver is asked for the allocation's size and kind, so the free is still
+/// announced before the memory goes. If the real free is refused, the allocation is announced
+/// again (flagged EXISTING) and registered, as for a known pointer. Only when the driver cannot
+/// tell is the free dispatched after it succeeded, with size 0.
+#[cold]
+fn unknown_free(api: &'static CStr, address: usize, extra_flags: u32, stream: usize) -> Pending {
+    if let Some(d) = driver::describe(address) {
+        let mut record = Allocation::new(d.base, d.size, api);
+        record.mem_type = d.mem_type;
+        record.device = d.device;
+        record.context = d.context;
+        if d.mem_type == MemType::Host {
+            record.flags = flags::PINNED_HOST;
+        }
+        registry::note_unknown_free();
+        if events::has_subscribers() {
+            events::dispatch(&free_event(
+                api,
+                &record,
+                d.base,
+                d.size,
+                extra_flags,
+                stream,
+            ));
+        }
+        return Pending::Announced(record);
+    }
+    let mut ev = MemEvent::new(EventKind::Free, address, 0, api);
+    ev.flags = extra_flags;
+    ev.stream = stream;
+    Pending::Unknown(ev)
 }
 
 /// Announce the removal of `[address, address+size)` (a VMM unmap, possibly of part of a
