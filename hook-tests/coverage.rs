@@ -148,6 +148,7 @@ struct Event {
     addr: String,
     size: usize,
     flags: u32,
+    mem_type: i32,
 }
 
 fn field<'a>(line: &'a str, key: &str) -> &'a str {
@@ -183,6 +184,7 @@ fn judge(run: &Run, path: &Path) -> Vec<(String, Option<String>)> {
                 size: field(rest, "size").parse().unwrap_or(usize::MAX),
                 flags: u32::from_str_radix(field(rest, "flags").trim_start_matches("0x"), 16)
                     .unwrap_or(0),
+                mem_type: field(rest, "type").parse().unwrap_or(-1),
             });
             continue;
         }
@@ -199,11 +201,24 @@ fn judge(run: &Run, path: &Path) -> Vec<(String, Option<String>)> {
         let problem = match kind {
             "none" if events.is_empty() => None,
             "none" => Some(format!("expected no event, got {events:?}")),
-            "alloc" | "free" | "purge" if rc != "0" => Some(format!("call failed rc={rc}")),
-            "alloc" | "free" | "purge" => {
-                let want_kind = if kind == "alloc" { "alloc" } else { "free" };
+            "alloc" | "free" | "purge" | "global" | "global-managed" if rc != "0" => {
+                Some(format!("call failed rc={rc}"))
+            }
+            "alloc" | "free" | "purge" | "global" | "global-managed" => {
+                let want_kind = if kind.starts_with("global") || kind == "alloc" {
+                    "alloc"
+                } else {
+                    "free"
+                };
+                // Teardown and unload: PURGED; globals: GLOBAL (and managed where asked).
+                let flags_ok = |e: &Event| match kind {
+                    "purge" => e.flags & 0x40 != 0,
+                    "global" => e.flags & 0x80 != 0 && e.mem_type == 1,
+                    "global-managed" => e.flags & 0x80 != 0 && e.mem_type == 2,
+                    _ => true,
+                };
                 match events.as_slice() {
-                    [e] if e.kind == want_kind && e.addr == addr && e.size == size && e.api == want_api && (kind != "purge" || e.flags & 0x40 != 0) => None,
+                    [e] if e.kind == want_kind && e.addr == addr && e.size == size && e.api == want_api && flags_ok(e) => None,
                     [] => Some("missed: no event".to_owned()),
                     [_] => Some(format!("wrong event {events:?}, want {want_kind} {addr} size {size} api {want_api}")),
                     _ => Some(format!("duplicated: {events:?}")),
@@ -347,6 +362,9 @@ fn registry_reuse_callbacks_and_api_errors() {
         "refused_free_error_unchanged",
         "refused_free_reannounced",
         "refused_free_still_registered",
+        "global_managed_typed",
+        "global_device_typed",
+        "globals_gone_with_context",
     ]);
 }
 

@@ -4,7 +4,8 @@
 use std::ffi::{c_int, c_uint};
 
 pub use cudarc::driver::sys::{
-    CUcontext, CUdevice, CUdeviceptr, CUmemGenericAllocationHandle, CUmemoryPool, CUstream,
+    CUcontext, CUdevice, CUdeviceptr, CUlibrary, CUmemGenericAllocationHandle, CUmemoryPool,
+    CUmodule, CUstream,
 };
 pub use cudarc::runtime::sys::{cudaMemPool_t, cudaStream_t};
 

@@ -274,3 +274,26 @@ fn set_current(ctx: CUcontext) -> bool {
             std::mem::transmute::<usize, unsafe extern "C" fn(CUcontext) -> CUresult>(f)(ctx)
         } == CUDA_SUCCESS
 }
+
+/// Whether the driver reports `ptr` as managed memory (false when it cannot tell).
+#[cold]
+pub fn is_managed(ptr: usize) -> bool {
+    const IS_MANAGED: u32 = 8;
+    let f = CU_POINTER_GET_ATTRIBUTES.get();
+    if f == 0 {
+        return false;
+    }
+    let mut managed = 0u32;
+    let mut data: [*mut c_void; 1] = [(&mut managed as *mut u32).cast()];
+    type Attrs = unsafe extern "C" fn(u32, *const u32, *mut *mut c_void, u64) -> CUresult;
+    // SAFETY: `cuPointerGetAttributes` with one 4-byte attribute and its 4-byte slot.
+    let rc = unsafe {
+        std::mem::transmute::<usize, Attrs>(f)(
+            1,
+            [IS_MANAGED].as_ptr(),
+            data.as_mut_ptr(),
+            ptr as u64,
+        )
+    };
+    rc == CUDA_SUCCESS && managed != 0
+}

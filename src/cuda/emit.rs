@@ -194,6 +194,43 @@ pub fn purge_before(api: &'static CStr, pred: impl Fn(&Allocation) -> bool) -> P
     Pending::Nothing
 }
 
+/// Announce a module or library global whose address the driver just handed out, once: a
+/// repeated query of the same global (same start and size, flagged GLOBAL) changes nothing and
+/// dispatches nothing. Its memory type is managed when the query was `cuLibraryGetManaged` or
+/// the driver says the address is managed (`__managed__` module globals); `pool` records the
+/// owner, whose unload removes it.
+#[cold]
+pub fn global(api: &'static CStr, address: usize, size: usize, owner: usize, managed: bool) {
+    if address == 0 || size == 0 || !registry::attached() {
+        return;
+    }
+    if let Some(known) = registry::global().lookup(address) {
+        if known.start == address && known.size == size && known.flags & flags::GLOBAL != 0 {
+            return;
+        }
+    }
+    let managed = managed || driver::is_managed(address);
+    let mem_type = if managed {
+        MemType::CudaManaged
+    } else {
+        MemType::Cuda
+    };
+    alloc(api, mem_type, address, size, flags::GLOBAL, 0, owner);
+}
+
+/// A module or library is unloaded: the globals it handed out leave the registry, each
+/// announced as a free (flagged GLOBAL and PURGED) before the unload.
+#[cold]
+pub fn unload_before(api: &'static CStr, owner: usize) -> Pending {
+    if owner != 0 && !registry::global().is_empty() {
+        registry::global().purge(
+            |a| a.flags & flags::GLOBAL != 0 && a.pool == owner,
+            |a| events::dispatch(&free_event(api, &a, a.start, a.size, flags::PURGED, 0)),
+        );
+    }
+    Pending::Nothing
+}
+
 /// Finish after the real call (inlined: on the hot path it is a match that does nothing).
 #[inline]
 pub fn settle(pending: Pending, ok: bool) {

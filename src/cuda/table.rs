@@ -31,6 +31,8 @@ pub enum Group {
     DriverHost,
     /// Context and device teardown, which frees every range it owned.
     DriverTeardown,
+    /// Module and library globals: handed out by `cuModuleGetGlobal`, ..., gone at unload.
+    DriverModule,
     /// The CUDA runtime (`cudaMalloc`, `cudaMallocAsync`, ...).
     Runtime,
     /// Entry-point lookups (`cuGetProcAddress`, `cudaGetDriverEntryPoint`).
@@ -46,6 +48,7 @@ impl Group {
             Group::DriverVmm => "driver VMM",
             Group::DriverHost => "driver host",
             Group::DriverTeardown => "driver teardown",
+            Group::DriverModule => "driver module globals",
             Group::Runtime => "runtime",
             Group::Resolution => "resolution",
         }
@@ -234,6 +237,21 @@ cuda_hooks! {
         before => emit::purge_before(API, |a| dev >= 0 && a.device == dev);
     cuDevicePrimaryCtxReset [DriverTeardown, "cuDevicePrimaryCtxReset"] (dev: CUdevice) -> CUresult,
         before => emit::purge_before(API, |a| dev >= 0 && a.device == dev);
+
+    // ---- driver, module and library globals ------------------------------------------------
+    cuModuleGetGlobal_v2 [DriverModule, "cuModuleGetGlobal"] (dptr: *mut CUdeviceptr, bytes: *mut usize, module: CUmodule, name: *const c_char) -> CUresult,
+        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), module as usize, false);
+    /// The pre-3.2 ABI: 32-bit pointer and size.
+    cuModuleGetGlobal [DriverModule, "cuModuleGetGlobal"] (dptr: *mut c_uint, bytes: *mut c_uint, module: CUmodule, name: *const c_char) -> CUresult,
+        after => emit::global(API, out(dptr), out(bytes), module as usize, false);
+    cuLibraryGetGlobal [DriverModule, "cuLibraryGetGlobal"] (dptr: *mut CUdeviceptr, bytes: *mut usize, library: CUlibrary, name: *const c_char) -> CUresult,
+        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), library as usize, false);
+    cuLibraryGetManaged [DriverModule, "cuLibraryGetManaged"] (dptr: *mut CUdeviceptr, bytes: *mut usize, library: CUlibrary, name: *const c_char) -> CUresult,
+        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), library as usize, true);
+    cuModuleUnload [DriverModule, "cuModuleUnload"] (module: CUmodule) -> CUresult,
+        before => emit::unload_before(API, module as usize);
+    cuLibraryUnload [DriverModule, "cuLibraryUnload"] (library: CUlibrary) -> CUresult,
+        before => emit::unload_before(API, library as usize);
 
     // ---- runtime --------------------------------------------------------------------------
     cudaMalloc [Runtime, "cudaMalloc"] (p: *mut *mut c_void, size: usize) -> CudaError,
