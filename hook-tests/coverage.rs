@@ -57,6 +57,8 @@ fn static_runtime(symbol: &str) -> &str {
         "cudaHostRegister" => "cuMemHostRegister_v2",
         "cudaHostUnregister" => "cuMemHostUnregister",
         "cudaDeviceReset" => "cuDevicePrimaryCtxReset_v2",
+        "cudaIpcOpenMemHandle" => "cuIpcOpenMemHandle_v2",
+        "cudaIpcCloseMemHandle" => "cuIpcCloseMemHandle",
         s => shared_runtime(s),
     }
 }
@@ -201,20 +203,23 @@ fn judge(run: &Run, path: &Path) -> Vec<(String, Option<String>)> {
         let problem = match kind {
             "none" if events.is_empty() => None,
             "none" => Some(format!("expected no event, got {events:?}")),
-            "alloc" | "free" | "purge" | "global" | "global-managed" if rc != "0" => {
+            "alloc" | "free" | "purge" | "global" | "global-managed" | "imported" if rc != "0" => {
                 Some(format!("call failed rc={rc}"))
             }
-            "alloc" | "free" | "purge" | "global" | "global-managed" => {
-                let want_kind = if kind.starts_with("global") || kind == "alloc" {
-                    "alloc"
-                } else {
-                    "free"
-                };
+            "alloc" | "free" | "purge" | "global" | "global-managed" | "imported" => {
+                let want_kind =
+                    if matches!(kind, "alloc" | "global" | "global-managed" | "imported") {
+                        "alloc"
+                    } else {
+                        "free"
+                    };
                 // Teardown and unload: PURGED; globals: GLOBAL (and managed where asked).
                 let flags_ok = |e: &Event| match kind {
                     "purge" => e.flags & 0x40 != 0,
                     "global" => e.flags & 0x80 != 0 && e.mem_type == 1,
                     "global-managed" => e.flags & 0x80 != 0 && e.mem_type == 2,
+                    // Memory of another process: IMPORTED, device memory.
+                    "imported" => e.flags & 0x100 != 0 && e.mem_type == 1,
                     _ => true,
                 };
                 match events.as_slice() {

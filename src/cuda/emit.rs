@@ -218,6 +218,27 @@ pub fn global(api: &'static CStr, address: usize, size: usize, owner: usize, man
     alloc(api, mem_type, address, size, flags::GLOBAL, 0, owner);
 }
 
+/// Announce memory another process exported, now opened or imported here: its size, type and
+/// device come from the driver (the opening call does not say), flagged IMPORTED. Without the
+/// driver's answer nothing is registered (the range's size is unknown).
+#[cold]
+pub fn imported(api: &'static CStr, address: usize, extra_flags: u32, pool: usize) {
+    if address == 0 {
+        return;
+    }
+    if let Some(d) = driver::describe(address) {
+        alloc(
+            api,
+            d.mem_type,
+            address,
+            d.size,
+            flags::IMPORTED | extra_flags,
+            0,
+            pool,
+        );
+    }
+}
+
 /// A module or library is unloaded: the globals it handed out leave the registry, each
 /// announced as a free (flagged GLOBAL and PURGED) before the unload.
 #[cold]

@@ -6,6 +6,7 @@ mod abi;
 pub mod classify;
 mod driver;
 mod emit;
+mod imported;
 mod procaddress;
 mod table;
 

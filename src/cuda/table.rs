@@ -15,6 +15,7 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 
 use super::abi::*;
 use super::emit::{self, Pending};
+use super::imported;
 use super::procaddress;
 use crate::events::{flags, HookGuard, MemType};
 
@@ -33,6 +34,8 @@ pub enum Group {
     DriverTeardown,
     /// Module and library globals: handed out by `cuModuleGetGlobal`, ..., gone at unload.
     DriverModule,
+    /// Memory of another process opened or imported here (`cuIpcOpenMemHandle`, ...).
+    DriverImport,
     /// The CUDA runtime (`cudaMalloc`, `cudaMallocAsync`, ...).
     Runtime,
     /// Entry-point lookups (`cuGetProcAddress`, `cudaGetDriverEntryPoint`).
@@ -49,6 +52,7 @@ impl Group {
             Group::DriverHost => "driver host",
             Group::DriverTeardown => "driver teardown",
             Group::DriverModule => "driver module globals",
+            Group::DriverImport => "driver imported memory",
             Group::Runtime => "runtime",
             Group::Resolution => "resolution",
         }
@@ -207,8 +211,12 @@ cuda_hooks! {
         before => emit::free_before(API, dptr as usize, flags::STREAM_ORDERED, stream as usize);
 
     // ---- driver, virtual memory management ------------------------------------------------
+    /// A mapping of a handle from `cuMemImportFromShareableHandle` is flagged IMPORTED.
     cuMemMap [DriverVmm, "cuMemMap"] (ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, map_flags: c_ulonglong) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, ptr as usize, size, flags::VMM, 0, 0);
+        after => emit::alloc(API, MemType::Cuda, ptr as usize, size, flags::VMM | imported::flag_of(handle), 0, 0);
+    /// Forgets an imported handle (its value may be reused by a later `cuMemCreate`).
+    cuMemRelease [DriverVmm, "cuMemRelease"] (handle: CUmemGenericAllocationHandle) -> CUresult,
+        after => imported::released(handle);
     cuMemUnmap [DriverVmm, "cuMemUnmap"] (ptr: CUdeviceptr, size: usize) -> CUresult,
         before => emit::unmap_before(API, ptr as usize, size);
 
@@ -253,6 +261,21 @@ cuda_hooks! {
     cuLibraryUnload [DriverModule, "cuLibraryUnload"] (library: CUlibrary) -> CUresult,
         before => emit::unload_before(API, library as usize);
 
+    // ---- driver, memory of another process ---------------------------------------------------
+    cuIpcOpenMemHandle_v2 [DriverImport, "cuIpcOpenMemHandle"] (pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, ipc_flags: c_uint) -> CUresult,
+        after => emit::imported(API, out(pdptr), 0, 0);
+    /// The pre-11.0 export, same ABI.
+    cuIpcOpenMemHandle [DriverImport, "cuIpcOpenMemHandle"] (pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, ipc_flags: c_uint) -> CUresult,
+        after => emit::imported(API, out(pdptr), 0, 0);
+    cuIpcCloseMemHandle [DriverImport, "cuIpcCloseMemHandle"] (dptr: CUdeviceptr) -> CUresult,
+        before => emit::free_before(API, dptr as usize, 0, 0);
+    /// Freed like any pool block, with `cuMemFree` or `cuMemFreeAsync`.
+    cuMemPoolImportPointer [DriverImport, "cuMemPoolImportPointer"] (ptr_out: *mut CUdeviceptr, pool: CUmemoryPool, share: *mut CUmemPoolPtrExportData) -> CUresult,
+        after => emit::imported(API, out(ptr_out), flags::POOL, pool as usize);
+    /// No memory yet: the handle is remembered so that its `cuMemMap` is flagged IMPORTED.
+    cuMemImportFromShareableHandle [DriverImport, "cuMemImportFromShareableHandle"] (handle: *mut CUmemGenericAllocationHandle, os_handle: *mut c_void, handle_type: c_uint) -> CUresult,
+        after => imported::imported(out(handle));
+
     // ---- runtime --------------------------------------------------------------------------
     cudaMalloc [Runtime, "cudaMalloc"] (p: *mut *mut c_void, size: usize) -> CudaError,
         after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, 0, 0, 0);
@@ -283,6 +306,10 @@ cuda_hooks! {
     cudaHostRegister [Runtime, "cudaHostRegister"] (p: *mut c_void, size: usize, host_flags: c_uint) -> CudaError,
         after => emit::alloc(API, MemType::Host, p as usize, size, flags::PINNED_HOST | flags::REGISTERED, 0, 0);
     cudaHostUnregister [Runtime, "cudaHostUnregister"] (p: *mut c_void) -> CudaError,
+        before => emit::free_before(API, p as usize, 0, 0);
+    cudaIpcOpenMemHandle [Runtime, "cudaIpcOpenMemHandle"] (p: *mut *mut c_void, handle: cudaIpcMemHandle_t, ipc_flags: c_uint) -> CudaError,
+        after => emit::imported(API, out_ptr(p), 0, 0);
+    cudaIpcCloseMemHandle [Runtime, "cudaIpcCloseMemHandle"] (p: *mut c_void) -> CudaError,
         before => emit::free_before(API, p as usize, 0, 0);
     cudaDeviceReset [Runtime, "cudaDeviceReset"] () -> CudaError,
         before => { let dev = super::super::driver::current_device(); emit::purge_before(API, |a| dev >= 0 && a.device == dev) };
