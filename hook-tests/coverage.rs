@@ -159,6 +159,20 @@ fn field<'a>(line: &'a str, key: &str) -> &'a str {
         .unwrap_or("")
 }
 
+/// What a workload line may expect: one event each (the others are `none`).
+const EVENT_KINDS: &[&str] = &[
+    "alloc",
+    "free",
+    "purge",
+    "global",
+    "global-managed",
+    "imported",
+    "graph",
+    "graph-free",
+];
+/// Of those, the ones that expect an alloc event.
+const ALLOC_KINDS: &[&str] = &["alloc", "global", "global-managed", "imported", "graph"];
+
 /// (symbol, problem or None) for every call the app made after subscribing.
 fn judge(run: &Run, path: &Path) -> Vec<(String, Option<String>)> {
     let mut verdicts = Vec::new();
@@ -203,16 +217,13 @@ fn judge(run: &Run, path: &Path) -> Vec<(String, Option<String>)> {
         let problem = match kind {
             "none" if events.is_empty() => None,
             "none" => Some(format!("expected no event, got {events:?}")),
-            "alloc" | "free" | "purge" | "global" | "global-managed" | "imported" if rc != "0" => {
-                Some(format!("call failed rc={rc}"))
-            }
-            "alloc" | "free" | "purge" | "global" | "global-managed" | "imported" => {
-                let want_kind =
-                    if matches!(kind, "alloc" | "global" | "global-managed" | "imported") {
-                        "alloc"
-                    } else {
-                        "free"
-                    };
+            k if EVENT_KINDS.contains(&k) && rc != "0" => Some(format!("call failed rc={rc}")),
+            k if EVENT_KINDS.contains(&k) => {
+                let want_kind = if ALLOC_KINDS.contains(&k) {
+                    "alloc"
+                } else {
+                    "free"
+                };
                 // Teardown and unload: PURGED; globals: GLOBAL (and managed where asked).
                 let flags_ok = |e: &Event| match kind {
                     "purge" => e.flags & 0x40 != 0,
@@ -220,7 +231,9 @@ fn judge(run: &Run, path: &Path) -> Vec<(String, Option<String>)> {
                     "global-managed" => e.flags & 0x80 != 0 && e.mem_type == 2,
                     // Memory of another process: IMPORTED, device memory.
                     "imported" => e.flags & 0x100 != 0 && e.mem_type == 1,
-                    _ => true,
+                    // On a capturing stream: GRAPH (and stream-ordered); never otherwise.
+                    "graph" | "graph-free" => e.flags & 0x201 == 0x201,
+                    _ => e.flags & 0x200 == 0,
                 };
                 match events.as_slice() {
                     [e] if e.kind == want_kind && e.addr == addr && e.size == size && e.api == want_api && flags_ok(e) => None,

@@ -4,8 +4,8 @@
 use std::ffi::{c_int, c_uint};
 
 pub use cudarc::driver::sys::{
-    CUcontext, CUdevice, CUdeviceptr, CUipcMemHandle, CUlibrary, CUmemGenericAllocationHandle,
-    CUmemPoolPtrExportData, CUmemoryPool, CUmodule, CUstream,
+    CUcontext, CUdevice, CUdeviceptr, CUgraph, CUipcMemHandle, CUlibrary,
+    CUmemGenericAllocationHandle, CUmemPoolPtrExportData, CUmemoryPool, CUmodule, CUstream,
 };
 pub use cudarc::runtime::sys::{cudaIpcMemHandle_t, cudaMemPool_t, cudaStream_t};
 

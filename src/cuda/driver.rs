@@ -19,7 +19,7 @@ pub struct Entry {
 }
 
 impl Entry {
-    const fn new(name: &'static CStr) -> Entry {
+    pub(super) const fn new(name: &'static CStr) -> Entry {
         Entry {
             name,
             address: AtomicUsize::new(0),

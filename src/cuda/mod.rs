@@ -3,6 +3,7 @@
 //! makes itself (`driver`).
 
 mod abi;
+mod capture;
 pub mod classify;
 mod driver;
 mod emit;

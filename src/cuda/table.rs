@@ -14,6 +14,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 
 use super::abi::*;
+use super::capture;
 use super::emit::{self, Pending};
 use super::imported;
 use super::procaddress;
@@ -36,6 +37,8 @@ pub enum Group {
     DriverModule,
     /// Memory of another process opened or imported here (`cuIpcOpenMemHandle`, ...).
     DriverImport,
+    /// Stream capture begin and end: counted, so stream-ordered hooks know when to ask.
+    DriverCapture,
     /// The CUDA runtime (`cudaMalloc`, `cudaMallocAsync`, ...).
     Runtime,
     /// Entry-point lookups (`cuGetProcAddress`, `cudaGetDriverEntryPoint`).
@@ -53,6 +56,7 @@ impl Group {
             Group::DriverTeardown => "driver teardown",
             Group::DriverModule => "driver module globals",
             Group::DriverImport => "driver imported memory",
+            Group::DriverCapture => "driver stream capture",
             Group::Runtime => "runtime",
             Group::Resolution => "resolution",
         }
@@ -104,7 +108,7 @@ macro_rules! cuda_hooks {
     ($(
         $(#[$doc:meta])*
         $sym:ident [$group:ident, $base:literal] ($($arg:ident: $ty:ty),*) -> $ret:ty
-            $(, before => $before:expr)? $(, after => $after:expr)? ;
+            $(, before => $before:expr)? $(, after => $after:expr)? $(, finally => $finally:path)? ;
     )*) => {
         $(
             $(#[$doc])*
@@ -133,8 +137,9 @@ macro_rules! cuda_hooks {
                     // SAFETY: ORIGINAL holds the address of the real `$sym`, same signature.
                     let real = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> $ret>(real) };
                     // Lookups are mapped at every depth (the runtime resolves the driver from
-                    // inside hooked calls); only memory hooks need the outermost-call guard.
-                    let guard = if matches!(Group::$group, Group::Resolution) { None } else {
+                    // inside hooked calls), and captures counted at every depth; only memory
+                    // hooks need the outermost-call guard.
+                    let guard = if matches!(Group::$group, Group::Resolution | Group::DriverCapture) { None } else {
                         match HookGuard::enter(API) {
                             Some(g) => Some(g),
                             // SAFETY: the caller's own arguments, to the real function.
@@ -155,6 +160,8 @@ macro_rules! cuda_hooks {
                         // call has just filled (it succeeded), as the C API promises.
                         $( if ok { #[allow(unused_unsafe)] unsafe { $after; } } )?
                         emit::settle(pending, ok);
+                        // `finally` sees the result whether the call succeeded or not.
+                        $( $finally(r); )?
                     }, ());
                     drop(guard);
                     match rc {
@@ -177,7 +184,8 @@ macro_rules! cuda_hooks {
     };
 }
 
-// In `before`/`after`, `API` is the hook's own symbol name as a C string.
+// In `before`/`after`/`finally`, `API` is the hook's own symbol name as a C string; `finally`
+// (a function) is called after every real call with its result.
 cuda_hooks! {
     // ---- driver, synchronous --------------------------------------------------------------
     cuMemAlloc_v2 [DriverSync, "cuMemAlloc"] (dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult,
@@ -198,17 +206,17 @@ cuda_hooks! {
 
     // ---- driver, stream-ordered -----------------------------------------------------------
     cuMemAllocAsync [DriverStreamOrdered, "cuMemAllocAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED, stream as usize, 0);
+        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED | capture::flag(stream as usize, false), stream as usize, 0);
     cuMemAllocAsync_ptsz [DriverStreamOrdered, "cuMemAllocAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED, stream as usize, 0);
+        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED | capture::flag(stream as usize, true), stream as usize, 0);
     cuMemAllocFromPoolAsync [DriverStreamOrdered, "cuMemAllocFromPoolAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED | flags::POOL | capture::flag(stream as usize, false), stream as usize, pool as usize);
     cuMemAllocFromPoolAsync_ptsz [DriverStreamOrdered, "cuMemAllocFromPoolAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED | flags::POOL | capture::flag(stream as usize, true), stream as usize, pool as usize);
     cuMemFreeAsync [DriverStreamOrdered, "cuMemFreeAsync"] (dptr: CUdeviceptr, stream: CUstream) -> CUresult,
-        before => emit::free_before(API, dptr as usize, flags::STREAM_ORDERED, stream as usize);
+        before => emit::free_before(API, dptr as usize, flags::STREAM_ORDERED | capture::flag(stream as usize, false), stream as usize);
     cuMemFreeAsync_ptsz [DriverStreamOrdered, "cuMemFreeAsync"] (dptr: CUdeviceptr, stream: CUstream) -> CUresult,
-        before => emit::free_before(API, dptr as usize, flags::STREAM_ORDERED, stream as usize);
+        before => emit::free_before(API, dptr as usize, flags::STREAM_ORDERED | capture::flag(stream as usize, true), stream as usize);
 
     // ---- driver, virtual memory management ------------------------------------------------
     /// A mapping of a handle from `cuMemImportFromShareableHandle` is flagged IMPORTED.
@@ -276,6 +284,25 @@ cuda_hooks! {
     cuMemImportFromShareableHandle [DriverImport, "cuMemImportFromShareableHandle"] (handle: *mut CUmemGenericAllocationHandle, os_handle: *mut c_void, handle_type: c_uint) -> CUresult,
         after => imported::imported(out(handle));
 
+    // ---- driver, stream capture ------------------------------------------------------------
+    /// The CUDA 10.0 ABI, without a mode.
+    cuStreamBeginCapture [DriverCapture, "cuStreamBeginCapture"] (stream: CUstream) -> CUresult,
+        finally => capture::began;
+    cuStreamBeginCapture_ptsz [DriverCapture, "cuStreamBeginCapture"] (stream: CUstream) -> CUresult,
+        finally => capture::began;
+    cuStreamBeginCapture_v2 [DriverCapture, "cuStreamBeginCapture"] (stream: CUstream, mode: c_uint) -> CUresult,
+        finally => capture::began;
+    cuStreamBeginCapture_v2_ptsz [DriverCapture, "cuStreamBeginCapture"] (stream: CUstream, mode: c_uint) -> CUresult,
+        finally => capture::began;
+    cuStreamBeginCaptureToGraph [DriverCapture, "cuStreamBeginCaptureToGraph"] (stream: CUstream, graph: CUgraph, deps: *const c_void, edges: *const c_void, n: usize, mode: c_uint) -> CUresult,
+        finally => capture::began;
+    cuStreamBeginCaptureToGraph_ptsz [DriverCapture, "cuStreamBeginCaptureToGraph"] (stream: CUstream, graph: CUgraph, deps: *const c_void, edges: *const c_void, n: usize, mode: c_uint) -> CUresult,
+        finally => capture::began;
+    cuStreamEndCapture [DriverCapture, "cuStreamEndCapture"] (stream: CUstream, graph: *mut CUgraph) -> CUresult,
+        finally => capture::ended;
+    cuStreamEndCapture_ptsz [DriverCapture, "cuStreamEndCapture"] (stream: CUstream, graph: *mut CUgraph) -> CUresult,
+        finally => capture::ended;
+
     // ---- runtime --------------------------------------------------------------------------
     cudaMalloc [Runtime, "cudaMalloc"] (p: *mut *mut c_void, size: usize) -> CudaError,
         after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, 0, 0, 0);
@@ -286,17 +313,17 @@ cuda_hooks! {
     cudaFree [Runtime, "cudaFree"] (p: *mut c_void) -> CudaError,
         before => emit::free_before(API, p as usize, 0, 0);
     cudaMallocAsync [Runtime, "cudaMallocAsync"] (p: *mut *mut c_void, size: usize, stream: cudaStream_t) -> CudaError,
-        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED, stream as usize, 0);
+        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED | capture::flag(stream as usize, false), stream as usize, 0);
     cudaMallocAsync_ptsz [Runtime, "cudaMallocAsync"] (p: *mut *mut c_void, size: usize, stream: cudaStream_t) -> CudaError,
-        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED, stream as usize, 0);
+        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED | capture::flag(stream as usize, true), stream as usize, 0);
     cudaMallocFromPoolAsync [Runtime, "cudaMallocFromPoolAsync"] (p: *mut *mut c_void, size: usize, pool: cudaMemPool_t, stream: cudaStream_t) -> CudaError,
-        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED | flags::POOL | capture::flag(stream as usize, false), stream as usize, pool as usize);
     cudaMallocFromPoolAsync_ptsz [Runtime, "cudaMallocFromPoolAsync"] (p: *mut *mut c_void, size: usize, pool: cudaMemPool_t, stream: cudaStream_t) -> CudaError,
-        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED | flags::POOL | capture::flag(stream as usize, true), stream as usize, pool as usize);
     cudaFreeAsync [Runtime, "cudaFreeAsync"] (p: *mut c_void, stream: cudaStream_t) -> CudaError,
-        before => emit::free_before(API, p as usize, flags::STREAM_ORDERED, stream as usize);
+        before => emit::free_before(API, p as usize, flags::STREAM_ORDERED | capture::flag(stream as usize, false), stream as usize);
     cudaFreeAsync_ptsz [Runtime, "cudaFreeAsync"] (p: *mut c_void, stream: cudaStream_t) -> CudaError,
-        before => emit::free_before(API, p as usize, flags::STREAM_ORDERED, stream as usize);
+        before => emit::free_before(API, p as usize, flags::STREAM_ORDERED | capture::flag(stream as usize, true), stream as usize);
     cudaMallocHost [Runtime, "cudaMallocHost"] (p: *mut *mut c_void, size: usize) -> CudaError,
         after => emit::alloc(API, MemType::Host, out_ptr(p), size, flags::PINNED_HOST, 0, 0);
     cudaHostAlloc [Runtime, "cudaHostAlloc"] (p: *mut *mut c_void, size: usize, host_flags: c_uint) -> CudaError,
