@@ -83,7 +83,12 @@ del static_out, graph
 torch.cuda.synchronize()
 torch.cuda.empty_cache()
 torch.cuda.synchronize()
-stale = [hex(a) for a, n in captured.items() if ch.lookup(lib, a, 1) is not None]
+def still_graph(address):
+    info = ch.lookup(lib, address, 1)
+    return info is not None and info.flags & FLAG_GRAPH
+
+
+stale = [hex(a) for a in captured if still_graph(a)]
 print("after the graph is destroyed: %d of %d captured ranges still registered %s" % (len(stale), len(captured), stale[:5]))
 checks = {
     "graph_replays_correct": ok_replays,

@@ -69,6 +69,15 @@ static int importer(const char *legacy_hex, const char *export_hex, int pool_fd)
     cudaMemPool_t pool;
     e = cudaMemPoolImportFromShareableHandle(&pool, (void *)(intptr_t)pool_fd, cudaMemHandleTypePosixFileDescriptor, 0);
     CHECK("pool_imported", e == cudaSuccess, "err=%d", e);
+    // Access to an imported pool's memory is granted explicitly (an error for the pool's own
+    // device on some drivers: ignored, the data check below tells).
+    cudaMemAccessDesc access;
+    memset(&access, 0, sizeof access);
+    access.location.type = cudaMemLocationTypeDevice;
+    access.location.id = 0;
+    access.flags = cudaMemAccessFlagsProtReadWrite;
+    cudaMemPoolSetAccess(pool, &access, 1);
+    cudaGetLastError();
     cudaMemPoolPtrExportData exp;
     unhex(export_hex, &exp, sizeof exp);
     void *q = NULL;

@@ -201,9 +201,17 @@ pub fn purge_before(api: &'static CStr, pred: impl Fn(&Allocation) -> bool) -> P
 /// owner, whose unload removes it.
 #[cold]
 pub fn global(api: &'static CStr, address: usize, size: usize, owner: usize, managed: bool) {
-    if address == 0 || size == 0 || !registry::attached() {
+    if address == 0 || !registry::attached() {
         return;
     }
+    // The caller may pass no size output: then the driver's range of the address tells.
+    let size = match size {
+        0 => match driver::describe(address) {
+            Some(d) => d.size,
+            None => return,
+        },
+        s => s,
+    };
     if let Some(known) = registry::global().lookup(address) {
         if known.start == address && known.size == size && known.flags & flags::GLOBAL != 0 {
             return;
