@@ -14,21 +14,7 @@ FLAG_GRAPH = 1 << 9
 EVENT_ALLOC, EVENT_FREE = 1, 2
 
 
-class MemEvent(ctypes.Structure):
-    _fields_ = [
-        ("address", ctypes.c_void_p),
-        ("size", ctypes.c_size_t),
-        ("mem_type", ctypes.c_int),
-        ("device", ctypes.c_int),
-        ("flags", ctypes.c_uint),
-        ("api", ctypes.c_char_p),
-        ("stream", ctypes.c_void_p),
-        ("pool", ctypes.c_void_p),
-        ("context", ctypes.c_void_p),
-    ]
-
-
-CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.POINTER(MemEvent), ctypes.c_void_p)
+CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.POINTER(ch.MemEvent), ctypes.c_void_p)
 graph_allocs, graph_frees = {}, set()
 
 
