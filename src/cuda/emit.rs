@@ -39,7 +39,9 @@ pub fn guarded<R>(f: impl FnOnce() -> R, fallback: R) -> R {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
 }
 
-/// Announce an allocation that succeeded.
+/// Announce an allocation that succeeded. Inlined into the allocation hooks (the hot path); the
+/// rarer callers go through [`alloc_rare`], so only one more copy exists.
+#[inline]
 pub fn alloc(
     api: &'static CStr,
     mem_type: MemType,
@@ -74,7 +76,9 @@ pub fn alloc(
 }
 
 /// Announce a free before it happens (known pointer: its record is removed now), or prepare to
-/// announce it after.
+/// announce it after. Inlined into every free hook (the hot path; with more free hooks the
+/// compiler stopped inlining it on its own, costing a call per free).
+#[inline(always)]
 pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream: usize) -> Pending {
     if address == 0 {
         return Pending::Nothing;
@@ -223,7 +227,7 @@ pub fn global(api: &'static CStr, address: usize, size: usize, owner: usize, man
     } else {
         MemType::Cuda
     };
-    alloc(api, mem_type, address, size, flags::GLOBAL, 0, owner);
+    alloc_rare(api, mem_type, address, size, flags::GLOBAL, owner);
 }
 
 /// Announce memory another process exported, now opened or imported here: its size, type and
@@ -245,6 +249,19 @@ pub fn imported(api: &'static CStr, address: usize, extra_flags: u32, pool: usiz
             pool,
         );
     }
+}
+
+/// [`alloc`] for the rare allocation paths (globals, imports), kept out of line.
+#[inline(never)]
+fn alloc_rare(
+    api: &'static CStr,
+    mem_type: MemType,
+    address: usize,
+    size: usize,
+    extra_flags: u32,
+    pool: usize,
+) {
+    alloc(api, mem_type, address, size, extra_flags, 0, pool);
 }
 
 /// A module or library is unloaded: the globals it handed out leave the registry, each
