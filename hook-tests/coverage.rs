@@ -31,6 +31,8 @@ fn same(symbol: &str) -> &str {
 fn shared_runtime(symbol: &str) -> &str {
     match symbol {
         "cudaGetDriverEntryPoint" => "cuMemAlloc_v2",
+        // The runtime's device variables come from cuLibraryGetGlobal, through its own pointer.
+        "cudaGetSymbolAddress" => "cuLibraryGetGlobal",
         "cudaGetDriverEntryPointByVersion" => "cuMemAllocAsync_ptsz",
         "cudaGetDriverEntryPoint_ptsz" => "cuMemAllocAsync_ptsz",
         "cudaGetDriverEntryPointByVersion_ptsz" => "cuMemAlloc_v2",
@@ -57,6 +59,8 @@ fn static_runtime(symbol: &str) -> &str {
         "cudaHostRegister" => "cuMemHostRegister_v2",
         "cudaHostUnregister" => "cuMemHostUnregister",
         "cudaDeviceReset" => "cuDevicePrimaryCtxReset_v2",
+        "cudaIpcOpenMemHandle" => "cuIpcOpenMemHandle_v2",
+        "cudaIpcCloseMemHandle" => "cuIpcCloseMemHandle",
         s => shared_runtime(s),
     }
 }
@@ -148,6 +152,7 @@ struct Event {
     addr: String,
     size: usize,
     flags: u32,
+    mem_type: i32,
 }
 
 fn field<'a>(line: &'a str, key: &str) -> &'a str {
@@ -155,6 +160,20 @@ fn field<'a>(line: &'a str, key: &str) -> &'a str {
         .find_map(|f| f.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
         .unwrap_or("")
 }
+
+/// What a workload line may expect: one event each (the others are `none`).
+const EVENT_KINDS: &[&str] = &[
+    "alloc",
+    "free",
+    "purge",
+    "global",
+    "global-managed",
+    "imported",
+    "graph",
+    "graph-free",
+];
+/// Of those, the ones that expect an alloc event.
+const ALLOC_KINDS: &[&str] = &["alloc", "global", "global-managed", "imported", "graph"];
 
 /// (symbol, problem or None) for every call the app made after subscribing.
 fn judge(run: &Run, path: &Path) -> Vec<(String, Option<String>)> {
@@ -183,6 +202,7 @@ fn judge(run: &Run, path: &Path) -> Vec<(String, Option<String>)> {
                 size: field(rest, "size").parse().unwrap_or(usize::MAX),
                 flags: u32::from_str_radix(field(rest, "flags").trim_start_matches("0x"), 16)
                     .unwrap_or(0),
+                mem_type: field(rest, "type").parse().unwrap_or(-1),
             });
             continue;
         }
@@ -199,11 +219,34 @@ fn judge(run: &Run, path: &Path) -> Vec<(String, Option<String>)> {
         let problem = match kind {
             "none" if events.is_empty() => None,
             "none" => Some(format!("expected no event, got {events:?}")),
-            "alloc" | "free" | "purge" if rc != "0" => Some(format!("call failed rc={rc}")),
-            "alloc" | "free" | "purge" => {
-                let want_kind = if kind == "alloc" { "alloc" } else { "free" };
+            k if EVENT_KINDS.contains(&k) && rc != "0" => Some(format!("call failed rc={rc}")),
+            k if EVENT_KINDS.contains(&k) => {
+                let want_kind = if ALLOC_KINDS.contains(&k) {
+                    "alloc"
+                } else {
+                    "free"
+                };
+                // Teardown and unload: PURGED; globals: GLOBAL (and managed where asked).
+                let flags_ok = |e: &Event| match kind {
+                    "purge" => e.flags & 0x40 != 0,
+                    "global" => e.flags & 0x80 != 0 && e.mem_type == 1,
+                    "global-managed" => e.flags & 0x80 != 0 && e.mem_type == 2,
+                    // Memory of another process: IMPORTED, device memory.
+                    "imported" => e.flags & 0x100 != 0 && e.mem_type == 1,
+                    // On a capturing stream: GRAPH (and stream-ordered); never otherwise.
+                    "graph" | "graph-free" => e.flags & 0x201 == 0x201,
+                    _ => e.flags & 0x200 == 0,
+                };
+                // A teardown purges everything of its context or device: besides the range the
+                // workload set up, only other PURGED frees may come with it.
+                let events: Vec<Event> =
+                    if kind == "purge" && events.iter().all(|e| e.flags & 0x40 != 0) {
+                        events.into_iter().filter(|e| e.addr == addr).collect()
+                    } else {
+                        events
+                    };
                 match events.as_slice() {
-                    [e] if e.kind == want_kind && e.addr == addr && e.size == size && e.api == want_api && (kind != "purge" || e.flags & 0x40 != 0) => None,
+                    [e] if e.kind == want_kind && e.addr == addr && e.size == size && e.api == want_api && flags_ok(e) => None,
                     [] => Some("missed: no event".to_owned()),
                     [_] => Some(format!("wrong event {events:?}, want {want_kind} {addr} size {size} api {want_api}")),
                     _ => Some(format!("duplicated: {events:?}")),
@@ -239,6 +282,7 @@ fn coverage_matrix() {
                 | "check:procaddr_returns_wrapper"
                 | "check:procaddr_unknown_untouched" => "cuGetProcAddress_v2".to_owned(),
                 "check:procaddr_v1_maps" => "cuGetProcAddress".to_owned(),
+                "cudaGetSymbolAddress" => "cuLibraryGetGlobal".to_owned(),
                 s if s.starts_with("check:") => continue,
                 s => s.to_owned(),
             };
@@ -347,5 +391,26 @@ fn registry_reuse_callbacks_and_api_errors() {
         "refused_free_error_unchanged",
         "refused_free_reannounced",
         "refused_free_still_registered",
+        "global_managed_typed",
+        "global_device_typed",
+        "globals_gone_with_context",
+    ]);
+}
+
+/// Memory allocated before install and freed after: each free is announced before the real free
+/// (the driver still holds the memory during the callback) with the driver's size, type and
+/// device, found in the pointer's own context.
+#[test]
+fn late_install_free_sized_up_front() {
+    run_fixture("app_cov_drv_lazy", &["late_free"], &[]).assert_passed(&[
+        "installed",
+        "late_free_device",
+        "late_free_managed",
+        "late_free_stream_ordered",
+        "late_free_pinned_host",
+        "late_free_other_context",
+        "late_free_no_context_current",
+        "late_free_unknown_silent",
+        "late_free_context_restored",
     ]);
 }

@@ -58,7 +58,10 @@ int cuhook_uninstall(void);
 #define CUHOOK_FLAG_PINNED_HOST    (1u << 3)
 #define CUHOOK_FLAG_REGISTERED     (1u << 4)
 #define CUHOOK_FLAG_EXISTING       (1u << 5) /* replayed to a new subscriber */
-#define CUHOOK_FLAG_PURGED         (1u << 6) /* freed by context destroy / device reset */
+#define CUHOOK_FLAG_PURGED         (1u << 6) /* freed by context destroy / device reset / unload */
+#define CUHOOK_FLAG_GLOBAL         (1u << 7) /* module/library global; pool = its CUmodule/CUlibrary */
+#define CUHOOK_FLAG_IMPORTED       (1u << 8) /* opened/imported from another process (IPC, VMM) */
+#define CUHOOK_FLAG_GRAPH          (1u << 9) /* issued on a capturing stream: a graph memory node */
 
 typedef struct cuhook_mem_event {
     void *address;
@@ -68,7 +71,7 @@ typedef struct cuhook_mem_event {
     unsigned int flags;   /* CUHOOK_FLAG_* */
     const char *api;      /* the API the application called, e.g. "cudaMallocAsync" */
     void *stream;
-    void *pool;
+    void *pool;           /* CUmemoryPool; for CUHOOK_FLAG_GLOBAL the CUmodule/CUlibrary */
     void *context;
 } cuhook_mem_event_t;
 

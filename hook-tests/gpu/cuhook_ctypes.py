@@ -3,7 +3,8 @@ import ctypes
 import os
 
 
-class MemInfo(ctypes.Structure):
+class MemEvent(ctypes.Structure):
+    """cuhook_mem_event_t"""
     _fields_ = [
         ("address", ctypes.c_void_p),
         ("size", ctypes.c_size_t),
@@ -14,8 +15,12 @@ class MemInfo(ctypes.Structure):
         ("stream", ctypes.c_void_p),
         ("pool", ctypes.c_void_p),
         ("context", ctypes.c_void_p),
-        ("seq", ctypes.c_uint64),
     ]
+
+
+class MemInfo(MemEvent):
+    """cuhook_mem_info_t: the event's fields, then seq."""
+    _fields_ = [("seq", ctypes.c_uint64)]
 
 
 MEM_TYPE_CUDA = 1

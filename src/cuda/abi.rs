@@ -4,9 +4,10 @@
 use std::ffi::{c_int, c_uint};
 
 pub use cudarc::driver::sys::{
-    CUcontext, CUdevice, CUdeviceptr, CUmemGenericAllocationHandle, CUmemoryPool, CUstream,
+    CUcontext, CUdevice, CUdeviceptr, CUgraph, CUipcMemHandle, CUlibrary,
+    CUmemGenericAllocationHandle, CUmemPoolPtrExportData, CUmemoryPool, CUmodule, CUstream,
 };
-pub use cudarc::runtime::sys::{cudaMemPool_t, cudaStream_t};
+pub use cudarc::runtime::sys::{cudaIpcMemHandle_t, cudaMemPool_t, cudaStream_t};
 
 /// `CUresult` as the integer the driver returns.
 pub type CUresult = c_uint;

@@ -19,7 +19,7 @@ pub struct Entry {
 }
 
 impl Entry {
-    const fn new(name: &'static CStr) -> Entry {
+    pub(super) const fn new(name: &'static CStr) -> Entry {
         Entry {
             name,
             address: AtomicUsize::new(0),
@@ -187,4 +187,113 @@ pub fn current_device() -> c_int {
     } else {
         -1
     }
+}
+
+pub static CU_CTX_SET_CURRENT: Entry = Entry::new(c"cuCtxSetCurrent");
+pub static CU_POINTER_GET_ATTRIBUTES: Entry = Entry::new(c"cuPointerGetAttributes");
+pub static CU_MEM_GET_ADDRESS_RANGE: Entry = Entry::new(c"cuMemGetAddressRange_v2");
+
+/// What the driver says about an allocation it holds and cuhook never saw allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Described {
+    pub base: usize,
+    pub size: usize,
+    pub mem_type: crate::events::MemType,
+    pub device: c_int,
+    pub context: usize,
+}
+
+/// The allocation that starts at `ptr`, as the driver reports it: memory type, device and
+/// owning context from the pointer's attributes, base and size from `cuMemGetAddressRange_v2`
+/// asked with the pointer's own context current (restored after). `None` when the driver does
+/// not know the pointer, or `ptr` is not the start of its allocation (a free the driver will
+/// refuse anyway). Only called for frees of pointers the registry does not know.
+#[cold]
+pub fn describe(ptr: usize) -> Option<Described> {
+    use crate::events::MemType;
+    const CONTEXT: u32 = 1;
+    const MEMORY_TYPE: u32 = 2;
+    const IS_MANAGED: u32 = 8;
+    const DEVICE_ORDINAL: u32 = 9;
+    let attrs = CU_POINTER_GET_ATTRIBUTES.get();
+    let range = CU_MEM_GET_ADDRESS_RANGE.get();
+    if attrs == 0 || range == 0 {
+        return None;
+    }
+    let kinds = [CONTEXT, MEMORY_TYPE, IS_MANAGED, DEVICE_ORDINAL];
+    let (mut ctx, mut mem, mut managed, mut dev) = (0u64, 0u32, 0u32, -1i32);
+    let mut data: [*mut c_void; 4] = [
+        (&mut ctx as *mut u64).cast(),
+        (&mut mem as *mut u32).cast(),
+        (&mut managed as *mut u32).cast(),
+        (&mut dev as *mut i32).cast(),
+    ];
+    type Attrs = unsafe extern "C" fn(u32, *const u32, *mut *mut c_void, u64) -> CUresult;
+    // SAFETY: `cuPointerGetAttributes(n, attributes, data, ptr)`: four attributes, each data
+    // pointer to a slot of the attribute's size (CONTEXT 8 bytes, the others 4).
+    let rc = unsafe {
+        std::mem::transmute::<usize, Attrs>(attrs)(4, kinds.as_ptr(), data.as_mut_ptr(), ptr as u64)
+    };
+    // Memory type 0: the driver does not know the pointer.
+    if rc != CUDA_SUCCESS || mem == 0 {
+        return None;
+    }
+    let mem_type = match (mem, managed) {
+        (_, m) if m != 0 => MemType::CudaManaged,
+        (1, _) => MemType::Host,
+        _ => MemType::Cuda,
+    };
+    let current = current_context();
+    let owner = ctx as usize as CUcontext;
+    let switch = !owner.is_null() && owner != current;
+    if switch && !set_current(owner) {
+        return None;
+    }
+    let (mut base, mut size) = (0u64, 0usize);
+    type Range = unsafe extern "C" fn(*mut u64, *mut usize, u64) -> CUresult;
+    // SAFETY: `cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr ptr)`.
+    let rc =
+        unsafe { std::mem::transmute::<usize, Range>(range)(&mut base, &mut size, ptr as u64) };
+    if switch {
+        set_current(current);
+    }
+    (rc == CUDA_SUCCESS && base as usize == ptr && size != 0).then_some(Described {
+        base: ptr,
+        size,
+        mem_type,
+        device: if mem_type == MemType::Host { -1 } else { dev },
+        context: ctx as usize,
+    })
+}
+
+fn set_current(ctx: CUcontext) -> bool {
+    let f = CU_CTX_SET_CURRENT.get();
+    // SAFETY: `cuCtxSetCurrent(CUcontext ctx)` with a context the driver handed out (or null).
+    f != 0
+        && unsafe {
+            std::mem::transmute::<usize, unsafe extern "C" fn(CUcontext) -> CUresult>(f)(ctx)
+        } == CUDA_SUCCESS
+}
+
+/// Whether the driver reports `ptr` as managed memory (false when it cannot tell).
+#[cold]
+pub fn is_managed(ptr: usize) -> bool {
+    const IS_MANAGED: u32 = 8;
+    let f = CU_POINTER_GET_ATTRIBUTES.get();
+    if f == 0 {
+        return false;
+    }
+    let mut managed = 0u32;
+    let mut data: [*mut c_void; 1] = [(&mut managed as *mut u32).cast()];
+    type Attrs = unsafe extern "C" fn(u32, *const u32, *mut *mut c_void, u64) -> CUresult;
+    // SAFETY: `cuPointerGetAttributes` with one 4-byte attribute and its 4-byte slot.
+    let rc = unsafe {
+        std::mem::transmute::<usize, Attrs>(f)(
+            1,
+            [IS_MANAGED].as_ptr(),
+            data.as_mut_ptr(),
+            ptr as u64,
+        )
+    };
+    rc == CUDA_SUCCESS && managed != 0
 }

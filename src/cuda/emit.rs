@@ -6,9 +6,10 @@
 //! the free event is built from that record (one registry operation per free), before the real
 //! free runs. Only successful calls change the registry: a free the driver refuses puts the
 //! record back, an unmap puts back exactly the pieces it took. A free of a pointer the registry
-//! never saw (made before install) cannot be announced in advance without knowing it is valid:
-//! it is dispatched after the real free succeeded, with size 0; likewise an unmap of a span the
-//! registry holds nothing of.
+//! never saw (made before install) is described by the driver (`cuMemGetAddressRange_v2` in the
+//! pointer's own context) and announced before the real free with the driver's size, type and
+//! device; only when the driver cannot tell is it dispatched after the real free succeeded, with
+//! size 0; likewise an unmap of a span the registry holds nothing of.
 
 use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -38,7 +39,9 @@ pub fn guarded<R>(f: impl FnOnce() -> R, fallback: R) -> R {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
 }
 
-/// Announce an allocation that succeeded.
+/// Announce an allocation that succeeded. Inlined into the allocation hooks (the hot path); the
+/// rarer callers go through [`alloc_rare`], so only one more copy exists.
+#[inline]
 pub fn alloc(
     api: &'static CStr,
     mem_type: MemType,
@@ -73,7 +76,9 @@ pub fn alloc(
 }
 
 /// Announce a free before it happens (known pointer: its record is removed now), or prepare to
-/// announce it after.
+/// announce it after. Inlined into every free hook (the hot path; with more free hooks the
+/// compiler stopped inlining it on its own, costing a call per free).
+#[inline(always)]
 pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream: usize) -> Pending {
     if address == 0 {
         return Pending::Nothing;
@@ -97,13 +102,42 @@ pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream:
             }
             Pending::Announced(record)
         }
-        None => {
-            let mut ev = MemEvent::new(EventKind::Free, address, 0, api);
-            ev.flags = extra_flags;
-            ev.stream = stream;
-            Pending::Unknown(ev)
-        }
+        None => unknown_free(api, address, extra_flags, stream),
     }
+}
+
+/// A free of a pointer the registry does not know (allocated before install, or never through
+/// a hooked call): the driver is asked for the allocation's size and kind, so the free is still
+/// announced before the memory goes. If the real free is refused, the allocation is announced
+/// again (flagged EXISTING) and registered, as for a known pointer. Only when the driver cannot
+/// tell is the free dispatched after it succeeded, with size 0.
+#[cold]
+fn unknown_free(api: &'static CStr, address: usize, extra_flags: u32, stream: usize) -> Pending {
+    if let Some(d) = driver::describe(address) {
+        let mut record = Allocation::new(d.base, d.size, api);
+        record.mem_type = d.mem_type;
+        record.device = d.device;
+        record.context = d.context;
+        if d.mem_type == MemType::Host {
+            record.flags = flags::PINNED_HOST;
+        }
+        registry::note_unknown_free();
+        if events::has_subscribers() {
+            events::dispatch(&free_event(
+                api,
+                &record,
+                d.base,
+                d.size,
+                extra_flags,
+                stream,
+            ));
+        }
+        return Pending::Announced(record);
+    }
+    let mut ev = MemEvent::new(EventKind::Free, address, 0, api);
+    ev.flags = extra_flags;
+    ev.stream = stream;
+    Pending::Unknown(ev)
 }
 
 /// Announce the removal of `[address, address+size)` (a VMM unmap, possibly of part of a
@@ -161,6 +195,85 @@ pub fn purge_before(api: &'static CStr, pred: impl Fn(&Allocation) -> bool) -> P
         |a| a.flags & flags::VMM == 0 && pred(a),
         |a| events::dispatch(&free_event(api, &a, a.start, a.size, flags::PURGED, 0)),
     );
+    Pending::Nothing
+}
+
+/// Announce a module or library global whose address the driver just handed out, once: a
+/// repeated query of the same global (same start and size, flagged GLOBAL) changes nothing and
+/// dispatches nothing. Its memory type is managed when the query was `cuLibraryGetManaged` or
+/// the driver says the address is managed (`__managed__` module globals); `pool` records the
+/// owner, whose unload removes it.
+#[cold]
+pub fn global(api: &'static CStr, address: usize, size: usize, owner: usize, managed: bool) {
+    if address == 0 || !registry::attached() {
+        return;
+    }
+    // The caller may pass no size output: then the driver's range of the address tells.
+    let size = match size {
+        0 => match driver::describe(address) {
+            Some(d) => d.size,
+            None => return,
+        },
+        s => s,
+    };
+    if let Some(known) = registry::global().lookup(address) {
+        if known.start == address && known.size == size && known.flags & flags::GLOBAL != 0 {
+            return;
+        }
+    }
+    let managed = managed || driver::is_managed(address);
+    let mem_type = if managed {
+        MemType::CudaManaged
+    } else {
+        MemType::Cuda
+    };
+    alloc_rare(api, mem_type, address, size, flags::GLOBAL, owner);
+}
+
+/// Announce memory another process exported, now opened or imported here: its size, type and
+/// device come from the driver (the opening call does not say), flagged IMPORTED. Without the
+/// driver's answer nothing is registered (the range's size is unknown).
+#[cold]
+pub fn imported(api: &'static CStr, address: usize, extra_flags: u32, pool: usize) {
+    if address == 0 {
+        return;
+    }
+    if let Some(d) = driver::describe(address) {
+        alloc(
+            api,
+            d.mem_type,
+            address,
+            d.size,
+            flags::IMPORTED | extra_flags,
+            0,
+            pool,
+        );
+    }
+}
+
+/// [`alloc`] for the rare allocation paths (globals, imports), kept out of line.
+#[inline(never)]
+fn alloc_rare(
+    api: &'static CStr,
+    mem_type: MemType,
+    address: usize,
+    size: usize,
+    extra_flags: u32,
+    pool: usize,
+) {
+    alloc(api, mem_type, address, size, extra_flags, 0, pool);
+}
+
+/// A module or library is unloaded: the globals it handed out leave the registry, each
+/// announced as a free (flagged GLOBAL and PURGED) before the unload.
+#[cold]
+pub fn unload_before(api: &'static CStr, owner: usize) -> Pending {
+    if owner != 0 && !registry::global().is_empty() {
+        registry::global().purge(
+            |a| a.flags & flags::GLOBAL != 0 && a.pool == owner,
+            |a| events::dispatch(&free_event(api, &a, a.start, a.size, flags::PURGED, 0)),
+        );
+    }
     Pending::Nothing
 }
 

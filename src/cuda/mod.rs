@@ -3,9 +3,11 @@
 //! makes itself (`driver`).
 
 mod abi;
+mod capture;
 pub mod classify;
 mod driver;
 mod emit;
+mod imported;
 mod procaddress;
 mod table;
 

@@ -14,7 +14,9 @@
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 
 use super::abi::*;
+use super::capture;
 use super::emit::{self, Pending};
+use super::imported;
 use super::procaddress;
 use crate::events::{flags, HookGuard, MemType};
 
@@ -31,6 +33,12 @@ pub enum Group {
     DriverHost,
     /// Context and device teardown, which frees every range it owned.
     DriverTeardown,
+    /// Module and library globals: handed out by `cuModuleGetGlobal`, ..., gone at unload.
+    DriverModule,
+    /// Memory of another process opened or imported here (`cuIpcOpenMemHandle`, ...).
+    DriverImport,
+    /// Stream capture begin and end: counted, so stream-ordered hooks know when to ask.
+    DriverCapture,
     /// The CUDA runtime (`cudaMalloc`, `cudaMallocAsync`, ...).
     Runtime,
     /// Entry-point lookups (`cuGetProcAddress`, `cudaGetDriverEntryPoint`).
@@ -46,6 +54,9 @@ impl Group {
             Group::DriverVmm => "driver VMM",
             Group::DriverHost => "driver host",
             Group::DriverTeardown => "driver teardown",
+            Group::DriverModule => "driver module globals",
+            Group::DriverImport => "driver imported memory",
+            Group::DriverCapture => "driver stream capture",
             Group::Runtime => "runtime",
             Group::Resolution => "resolution",
         }
@@ -97,7 +108,7 @@ macro_rules! cuda_hooks {
     ($(
         $(#[$doc:meta])*
         $sym:ident [$group:ident, $base:literal] ($($arg:ident: $ty:ty),*) -> $ret:ty
-            $(, before => $before:expr)? $(, after => $after:expr)? ;
+            $(, before => $before:expr)? $(, after => $after:expr)? $(, finally => $finally:path)? ;
     )*) => {
         $(
             $(#[$doc])*
@@ -126,8 +137,9 @@ macro_rules! cuda_hooks {
                     // SAFETY: ORIGINAL holds the address of the real `$sym`, same signature.
                     let real = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> $ret>(real) };
                     // Lookups are mapped at every depth (the runtime resolves the driver from
-                    // inside hooked calls); only memory hooks need the outermost-call guard.
-                    let guard = if matches!(Group::$group, Group::Resolution) { None } else {
+                    // inside hooked calls), and captures counted at every depth; only memory
+                    // hooks need the outermost-call guard.
+                    let guard = if matches!(Group::$group, Group::Resolution | Group::DriverCapture) { None } else {
                         match HookGuard::enter(API) {
                             Some(g) => Some(g),
                             // SAFETY: the caller's own arguments, to the real function.
@@ -148,6 +160,8 @@ macro_rules! cuda_hooks {
                         // call has just filled (it succeeded), as the C API promises.
                         $( if ok { #[allow(unused_unsafe)] unsafe { $after; } } )?
                         emit::settle(pending, ok);
+                        // `finally` sees the result whether the call succeeded or not.
+                        $( $finally(r); )?
                     }, ());
                     drop(guard);
                     match rc {
@@ -170,7 +184,8 @@ macro_rules! cuda_hooks {
     };
 }
 
-// In `before`/`after`, `API` is the hook's own symbol name as a C string.
+// In `before`/`after`/`finally`, `API` is the hook's own symbol name as a C string; `finally`
+// (a function) is called after every real call with its result.
 cuda_hooks! {
     // ---- driver, synchronous --------------------------------------------------------------
     cuMemAlloc_v2 [DriverSync, "cuMemAlloc"] (dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult,
@@ -191,21 +206,25 @@ cuda_hooks! {
 
     // ---- driver, stream-ordered -----------------------------------------------------------
     cuMemAllocAsync [DriverStreamOrdered, "cuMemAllocAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED, stream as usize, 0);
+        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED | capture::flag(stream as usize, false), stream as usize, 0);
     cuMemAllocAsync_ptsz [DriverStreamOrdered, "cuMemAllocAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED, stream as usize, 0);
+        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED | capture::flag(stream as usize, true), stream as usize, 0);
     cuMemAllocFromPoolAsync [DriverStreamOrdered, "cuMemAllocFromPoolAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED | flags::POOL | capture::flag(stream as usize, false), stream as usize, pool as usize);
     cuMemAllocFromPoolAsync_ptsz [DriverStreamOrdered, "cuMemAllocFromPoolAsync"] (dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+        after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, flags::STREAM_ORDERED | flags::POOL | capture::flag(stream as usize, true), stream as usize, pool as usize);
     cuMemFreeAsync [DriverStreamOrdered, "cuMemFreeAsync"] (dptr: CUdeviceptr, stream: CUstream) -> CUresult,
-        before => emit::free_before(API, dptr as usize, flags::STREAM_ORDERED, stream as usize);
+        before => emit::free_before(API, dptr as usize, flags::STREAM_ORDERED | capture::flag(stream as usize, false), stream as usize);
     cuMemFreeAsync_ptsz [DriverStreamOrdered, "cuMemFreeAsync"] (dptr: CUdeviceptr, stream: CUstream) -> CUresult,
-        before => emit::free_before(API, dptr as usize, flags::STREAM_ORDERED, stream as usize);
+        before => emit::free_before(API, dptr as usize, flags::STREAM_ORDERED | capture::flag(stream as usize, true), stream as usize);
 
     // ---- driver, virtual memory management ------------------------------------------------
+    /// A mapping of a handle from `cuMemImportFromShareableHandle` is flagged IMPORTED.
     cuMemMap [DriverVmm, "cuMemMap"] (ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, map_flags: c_ulonglong) -> CUresult,
-        after => emit::alloc(API, MemType::Cuda, ptr as usize, size, flags::VMM, 0, 0);
+        after => emit::alloc(API, MemType::Cuda, ptr as usize, size, flags::VMM | imported::flag_of(handle), 0, 0);
+    /// Forgets an imported handle (its value may be reused by a later `cuMemCreate`).
+    cuMemRelease [DriverVmm, "cuMemRelease"] (handle: CUmemGenericAllocationHandle) -> CUresult,
+        after => imported::released(handle);
     cuMemUnmap [DriverVmm, "cuMemUnmap"] (ptr: CUdeviceptr, size: usize) -> CUresult,
         before => emit::unmap_before(API, ptr as usize, size);
 
@@ -235,6 +254,55 @@ cuda_hooks! {
     cuDevicePrimaryCtxReset [DriverTeardown, "cuDevicePrimaryCtxReset"] (dev: CUdevice) -> CUresult,
         before => emit::purge_before(API, |a| dev >= 0 && a.device == dev);
 
+    // ---- driver, module and library globals ------------------------------------------------
+    cuModuleGetGlobal_v2 [DriverModule, "cuModuleGetGlobal"] (dptr: *mut CUdeviceptr, bytes: *mut usize, module: CUmodule, name: *const c_char) -> CUresult,
+        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), module as usize, false);
+    /// The pre-3.2 ABI: 32-bit pointer and size.
+    cuModuleGetGlobal [DriverModule, "cuModuleGetGlobal"] (dptr: *mut c_uint, bytes: *mut c_uint, module: CUmodule, name: *const c_char) -> CUresult,
+        after => emit::global(API, out(dptr), out(bytes), module as usize, false);
+    cuLibraryGetGlobal [DriverModule, "cuLibraryGetGlobal"] (dptr: *mut CUdeviceptr, bytes: *mut usize, library: CUlibrary, name: *const c_char) -> CUresult,
+        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), library as usize, false);
+    cuLibraryGetManaged [DriverModule, "cuLibraryGetManaged"] (dptr: *mut CUdeviceptr, bytes: *mut usize, library: CUlibrary, name: *const c_char) -> CUresult,
+        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), library as usize, true);
+    cuModuleUnload [DriverModule, "cuModuleUnload"] (module: CUmodule) -> CUresult,
+        before => emit::unload_before(API, module as usize);
+    cuLibraryUnload [DriverModule, "cuLibraryUnload"] (library: CUlibrary) -> CUresult,
+        before => emit::unload_before(API, library as usize);
+
+    // ---- driver, memory of another process ---------------------------------------------------
+    cuIpcOpenMemHandle_v2 [DriverImport, "cuIpcOpenMemHandle"] (pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, ipc_flags: c_uint) -> CUresult,
+        after => emit::imported(API, out(pdptr), 0, 0);
+    /// The pre-11.0 export, same ABI.
+    cuIpcOpenMemHandle [DriverImport, "cuIpcOpenMemHandle"] (pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, ipc_flags: c_uint) -> CUresult,
+        after => emit::imported(API, out(pdptr), 0, 0);
+    cuIpcCloseMemHandle [DriverImport, "cuIpcCloseMemHandle"] (dptr: CUdeviceptr) -> CUresult,
+        before => emit::free_before(API, dptr as usize, 0, 0);
+    /// Freed like any pool block, with `cuMemFree` or `cuMemFreeAsync`.
+    cuMemPoolImportPointer [DriverImport, "cuMemPoolImportPointer"] (ptr_out: *mut CUdeviceptr, pool: CUmemoryPool, share: *mut CUmemPoolPtrExportData) -> CUresult,
+        after => emit::imported(API, out(ptr_out), flags::POOL, pool as usize);
+    /// No memory yet: the handle is remembered so that its `cuMemMap` is flagged IMPORTED.
+    cuMemImportFromShareableHandle [DriverImport, "cuMemImportFromShareableHandle"] (handle: *mut CUmemGenericAllocationHandle, os_handle: *mut c_void, handle_type: c_uint) -> CUresult,
+        after => imported::imported(out(handle));
+
+    // ---- driver, stream capture ------------------------------------------------------------
+    /// The CUDA 10.0 ABI, without a mode.
+    cuStreamBeginCapture [DriverCapture, "cuStreamBeginCapture"] (stream: CUstream) -> CUresult,
+        finally => capture::began;
+    cuStreamBeginCapture_ptsz [DriverCapture, "cuStreamBeginCapture"] (stream: CUstream) -> CUresult,
+        finally => capture::began;
+    cuStreamBeginCapture_v2 [DriverCapture, "cuStreamBeginCapture"] (stream: CUstream, mode: c_uint) -> CUresult,
+        finally => capture::began;
+    cuStreamBeginCapture_v2_ptsz [DriverCapture, "cuStreamBeginCapture"] (stream: CUstream, mode: c_uint) -> CUresult,
+        finally => capture::began;
+    cuStreamBeginCaptureToGraph [DriverCapture, "cuStreamBeginCaptureToGraph"] (stream: CUstream, graph: CUgraph, deps: *const c_void, edges: *const c_void, n: usize, mode: c_uint) -> CUresult,
+        finally => capture::began;
+    cuStreamBeginCaptureToGraph_ptsz [DriverCapture, "cuStreamBeginCaptureToGraph"] (stream: CUstream, graph: CUgraph, deps: *const c_void, edges: *const c_void, n: usize, mode: c_uint) -> CUresult,
+        finally => capture::began;
+    cuStreamEndCapture [DriverCapture, "cuStreamEndCapture"] (stream: CUstream, graph: *mut CUgraph) -> CUresult,
+        finally => capture::ended;
+    cuStreamEndCapture_ptsz [DriverCapture, "cuStreamEndCapture"] (stream: CUstream, graph: *mut CUgraph) -> CUresult,
+        finally => capture::ended;
+
     // ---- runtime --------------------------------------------------------------------------
     cudaMalloc [Runtime, "cudaMalloc"] (p: *mut *mut c_void, size: usize) -> CudaError,
         after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, 0, 0, 0);
@@ -245,17 +313,17 @@ cuda_hooks! {
     cudaFree [Runtime, "cudaFree"] (p: *mut c_void) -> CudaError,
         before => emit::free_before(API, p as usize, 0, 0);
     cudaMallocAsync [Runtime, "cudaMallocAsync"] (p: *mut *mut c_void, size: usize, stream: cudaStream_t) -> CudaError,
-        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED, stream as usize, 0);
+        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED | capture::flag(stream as usize, false), stream as usize, 0);
     cudaMallocAsync_ptsz [Runtime, "cudaMallocAsync"] (p: *mut *mut c_void, size: usize, stream: cudaStream_t) -> CudaError,
-        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED, stream as usize, 0);
+        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED | capture::flag(stream as usize, true), stream as usize, 0);
     cudaMallocFromPoolAsync [Runtime, "cudaMallocFromPoolAsync"] (p: *mut *mut c_void, size: usize, pool: cudaMemPool_t, stream: cudaStream_t) -> CudaError,
-        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED | flags::POOL | capture::flag(stream as usize, false), stream as usize, pool as usize);
     cudaMallocFromPoolAsync_ptsz [Runtime, "cudaMallocFromPoolAsync"] (p: *mut *mut c_void, size: usize, pool: cudaMemPool_t, stream: cudaStream_t) -> CudaError,
-        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED | flags::POOL, stream as usize, pool as usize);
+        after => emit::alloc(API, MemType::Cuda, out_ptr(p), size, flags::STREAM_ORDERED | flags::POOL | capture::flag(stream as usize, true), stream as usize, pool as usize);
     cudaFreeAsync [Runtime, "cudaFreeAsync"] (p: *mut c_void, stream: cudaStream_t) -> CudaError,
-        before => emit::free_before(API, p as usize, flags::STREAM_ORDERED, stream as usize);
+        before => emit::free_before(API, p as usize, flags::STREAM_ORDERED | capture::flag(stream as usize, false), stream as usize);
     cudaFreeAsync_ptsz [Runtime, "cudaFreeAsync"] (p: *mut c_void, stream: cudaStream_t) -> CudaError,
-        before => emit::free_before(API, p as usize, flags::STREAM_ORDERED, stream as usize);
+        before => emit::free_before(API, p as usize, flags::STREAM_ORDERED | capture::flag(stream as usize, true), stream as usize);
     cudaMallocHost [Runtime, "cudaMallocHost"] (p: *mut *mut c_void, size: usize) -> CudaError,
         after => emit::alloc(API, MemType::Host, out_ptr(p), size, flags::PINNED_HOST, 0, 0);
     cudaHostAlloc [Runtime, "cudaHostAlloc"] (p: *mut *mut c_void, size: usize, host_flags: c_uint) -> CudaError,
@@ -265,6 +333,10 @@ cuda_hooks! {
     cudaHostRegister [Runtime, "cudaHostRegister"] (p: *mut c_void, size: usize, host_flags: c_uint) -> CudaError,
         after => emit::alloc(API, MemType::Host, p as usize, size, flags::PINNED_HOST | flags::REGISTERED, 0, 0);
     cudaHostUnregister [Runtime, "cudaHostUnregister"] (p: *mut c_void) -> CudaError,
+        before => emit::free_before(API, p as usize, 0, 0);
+    cudaIpcOpenMemHandle [Runtime, "cudaIpcOpenMemHandle"] (p: *mut *mut c_void, handle: cudaIpcMemHandle_t, ipc_flags: c_uint) -> CudaError,
+        after => emit::imported(API, out_ptr(p), 0, 0);
+    cudaIpcCloseMemHandle [Runtime, "cudaIpcCloseMemHandle"] (p: *mut c_void) -> CudaError,
         before => emit::free_before(API, p as usize, 0, 0);
     cudaDeviceReset [Runtime, "cudaDeviceReset"] () -> CudaError,
         before => { let dev = super::super::driver::current_device(); emit::purge_before(API, |a| dev >= 0 && a.device == dev) };

@@ -45,6 +45,17 @@ pub mod flags {
     pub const EXISTING: u32 = 1 << 5;
     /// A free produced by teardown (context destroy, primary context reset, device reset).
     pub const PURGED: u32 = 1 << 6;
+    /// A module or library global (`__device__`, `__constant__`, `__managed__` variable) whose
+    /// address the driver handed out (`cuModuleGetGlobal_v2`, `cuLibraryGetGlobal`, ...). Its
+    /// `pool` field holds the owning `CUmodule`/`CUlibrary`; it leaves with that module or
+    /// library (unload), or with its context.
+    pub const GLOBAL: u32 = 1 << 7;
+    /// Memory another process exported, opened or imported here (`cuIpcOpenMemHandle`,
+    /// `cuMemPoolImportPointer`, a `cuMemMap` of a handle from `cuMemImportFromShareableHandle`).
+    pub const IMPORTED: u32 = 1 << 8;
+    /// A stream-ordered allocation or free issued while its stream was being captured into a
+    /// graph: a graph memory node, not memory that exists now.
+    pub const GRAPH: u32 = 1 << 9;
 }
 
 /// Which way an event goes.
@@ -92,7 +103,8 @@ pub struct MemEvent {
     pub flags: u32,
     /// `CUstream` / `cudaStream_t` value for stream-ordered calls, else 0.
     pub stream: usize,
-    /// `CUmemoryPool` handle for pool allocations, else 0.
+    /// `CUmemoryPool` handle for pool allocations; the owning `CUmodule`/`CUlibrary` for
+    /// [`flags::GLOBAL`] ranges; else 0.
     pub pool: usize,
     /// `CUcontext` the allocation belongs to where known, else 0.
     pub context: usize,

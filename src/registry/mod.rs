@@ -87,7 +87,8 @@ pub struct Allocation {
     pub device: i32,
     /// [`crate::events::flags`] bits.
     pub flags: u32,
-    /// `CUmemoryPool` handle, else 0.
+    /// `CUmemoryPool` handle; the owning `CUmodule`/`CUlibrary` for a
+    /// [`crate::events::flags::GLOBAL`] range; else 0.
     pub pool: usize,
     /// Stream of a stream-ordered allocation, else 0.
     pub stream: usize,

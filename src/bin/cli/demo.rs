@@ -40,6 +40,9 @@ fn readable(line: &str) -> String {
         (8, "pinned"),
         (16, "registered"),
         (64, "purged"),
+        (128, "global"),
+        (256, "imported"),
+        (512, "graph"),
     ] {
         if flags & bit != 0 {
             tags.push(name);
