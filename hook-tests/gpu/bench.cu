@@ -159,8 +159,59 @@ static void pairs(int driver, int threads) {
            sum / threads);
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// bench toggle ROUNDS: the driver pair through this program's own GOT slot, in ONE process on
+// one thread, alternating blocks with the hooks uninstalled (plain) and installed (hooked), so
+// both modes share the core, the clock and the driver's state. Prints the median block of each
+// mode, the spread (min-max) and the difference.
+static void toggle(int rounds) {
+    cuhook_load();
+    cudaFree(0);
+    CUstream s;
+    cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+    CUdeviceptr d;
+    const long per_block = 20000;
+    static double plain[256], hooked[256];
+    if (rounds > 256) rounds = 256;
+    for (int i = 0; i < 20000; i++) {
+        cuMemAllocAsync(&d, 4096, s);
+        cuMemFreeAsync(d, s);
+    }
+    for (int r = 0; r < rounds; r++) {
+        for (int mode = 0; mode < 2; mode++) {
+            int on = (r + mode) % 2;  // alternate which mode goes first
+            if (on ? cuhook.cuda_install() : cuhook.cuda_uninstall()) {
+                printf("toggle: install/uninstall failed\n");
+                return;
+            }
+            double t0 = now();
+            for (long i = 0; i < per_block; i++) {
+                cuMemAllocAsync(&d, 4096, s);
+                cuMemFreeAsync(d, s);
+            }
+            double ns = (now() - t0) * 1e9 / per_block;
+            (on ? hooked : plain)[r] = ns;
+        }
+    }
+    cuStreamSynchronize(s);
+    qsort(plain, rounds, sizeof(double), cmp_double);
+    qsort(hooked, rounds, sizeof(double), cmp_double);
+    double mp = plain[rounds / 2], mh = hooked[rounds / 2];
+    printf("toggle cuMemAllocAsync+cuMemFreeAsync rounds=%d plain %.1f [%.1f-%.1f] hooked %.1f "
+           "[%.1f-%.1f] +%.1f ns x%.3f\n",
+           rounds, mp, plain[0], plain[rounds - 1], mh, hooked[0], hooked[rounds - 1], mh - mp, mh / mp);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc > 2 && !strcmp(argv[1], "toggle")) {
+        toggle(atoi(argv[2]));
+        return 0;
+    }
     // NO_CUHOOK=1: plain. Otherwise cuhook is either preloaded (LD_PRELOAD, its constructor
     // installed it with the default configuration) or loaded and installed here.
     if (!getenv("NO_CUHOOK")) {

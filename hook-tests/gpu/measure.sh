@@ -11,6 +11,8 @@ source "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 nvcc -O2 -arch=native "${inc[@]}" -o "$out/bench" "$here/bench.cu" -lcuda -ldl -lpthread || exit 1
 LD_PRELOAD="$CUHOOK_LIB" "$out/bench" lookup | tee "$out/lookup.txt"
+# One process, one pinned thread, hooks toggled between blocks (the least noisy comparison).
+for i in 1 2 3; do taskset -c 3 "$out/bench" toggle 41; done | tee "$out/toggle.txt"
 : >"$out/pairs.txt"
 for round in 1 2 3 4 5 6 7; do
     for api in rt drv; do
