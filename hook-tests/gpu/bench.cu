@@ -181,11 +181,17 @@ static void toggle(int rounds) {
         cuMemAllocAsync(&d, 4096, s);
         cuMemFreeAsync(d, s);
     }
+    // A library loaded with dlopen need not have installed itself: start installed.
+    if (cuhook.cuda_install()) {
+        printf("toggle: install failed\n");
+        return;
+    }
     for (int r = 0; r < rounds; r++) {
         for (int mode = 0; mode < 2; mode++) {
             int on = (r + mode) % 2;  // alternate which mode goes first
-            if (on ? cuhook.cuda_install() : cuhook.cuda_uninstall()) {
-                printf("toggle: install/uninstall failed\n");
+            int rc = on ? cuhook.cuda_install() : cuhook.cuda_uninstall();
+            if (rc) {
+                printf("toggle: %s failed: %d\n", on ? "install" : "uninstall", rc);
                 return;
             }
             double t0 = now();

@@ -83,4 +83,8 @@ checks = {
 }
 for name, good in checks.items():
     print("check %s %s" % (name, "ok" if good else "FAIL"))
+# The callback is a ctypes thunk that the interpreter frees at shutdown, while PyTorch still
+# frees memory (and cuhook would still call it): unsubscribe first.
+lib.cuhook_unset_event_handler.argtypes = [ctypes.c_int, CALLBACK, ctypes.c_void_p]
+assert lib.cuhook_unset_event_handler(EVENT_ALLOC | EVENT_FREE, callback, None) == 0
 sys.exit(0 if all(checks.values()) else 1)
