@@ -29,6 +29,9 @@ loader_tests! {
         "dlsym_handle_hooked", "dlsym_default_hooked", "dlsym_next_from_main_hooked", "dlvsym_hooked_version",
         "dlvsym_unhooked_version_plain", "dlsym_unhooked_plain", "rtld_next_from_x_is_y", "rtld_next_versioned",
         "rtld_next_missing_null", "rtld_next_missing_dlerror", "rtld_next_chain_no_cycle"];
+    rtld_next_from_dlopened_libraries_is_glibcs: "next_dlopened" => ["local_opened", "local_plain_is_libc",
+        "local_next_malloc", "local_next_malloc_versioned", "local_dlerror_names_caller", "global_opened",
+        "global_plain_is_libc", "global_next_malloc", "global_next_malloc_versioned", "global_dlerror_names_caller"];
     dlclose_forgets_and_reopen_patches_again: "reopen" => ["first_open_hooked", "plugin_has_slots", "dlclose_ok",
         "unloaded", "forgotten", "reopened_hooked", "reopened_slots_once", "still_held_hooked", "still_held_slots"];
     dlmopen_namespace_reported_not_patched: "dlmopen" => ["dlmopen_opened", "namespace_call_correct",
