@@ -414,6 +414,15 @@ impl State {
                 Ok(idx) => {
                     let idx = Arc::new(idx);
                     self.diag.objects_indexed += 1;
+                    if idx.text_references > 0 {
+                        let name = obj.display_name().to_owned();
+                        crate::log!(
+                            crate::log::Level::Warn,
+                            "{name} has {} text relocation(s) of hooked functions: code is never made writable, so calls made through them are not seen",
+                            idx.text_references
+                        );
+                        push_bounded(&mut self.diag.text_relocations, (name, idx.text_references));
+                    }
                     if idx.has_canonical_plt() {
                         self.canonical.push(idx.clone());
                     }
@@ -927,6 +936,7 @@ impl Diagnostics {
             conflicts: Vec::new(),
             foreign: Vec::new(),
             constructors_before_patch: Vec::new(),
+            text_relocations: Vec::new(),
             resolver_races: 0,
             objects_indexed: 0,
             rescans: 0,

@@ -110,6 +110,11 @@ pub fn render() -> String {
             f.symbol, f.object
         ));
     }
+    for (o, n) in &diag.text_relocations {
+        warnings.push(format!(
+            "{o} has {n} text relocation(s) of hooked functions: its code is never made writable, so calls made through them are not seen"
+        ));
+    }
     if !diag.constructors_before_patch.is_empty() {
         warnings.push(format!(
             "constructors of {} libraries loaded after install ran before they were hooked (allocations made there are classified on first lookup instead)",
