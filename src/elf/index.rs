@@ -378,6 +378,13 @@ impl<'a> VersionNames<'a> {
     }
 }
 
+/// Whether `address` lies in one of the object's executable segments.
+fn in_code(object: &LoadedObject, address: usize) -> bool {
+    object
+        .segments()
+        .any(|(start, end, flags)| flags & PF_X != 0 && (start..end).contains(&address))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,11 +457,4 @@ mod tests {
         }
         assert!(compared > 0, "no object imports any of the names");
     }
-}
-
-/// Whether `address` lies in one of the object's executable segments.
-fn in_code(object: &LoadedObject, address: usize) -> bool {
-    object
-        .segments()
-        .any(|(start, end, flags)| flags & PF_X != 0 && (start..end).contains(&address))
 }
