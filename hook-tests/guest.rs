@@ -89,3 +89,116 @@ fn text_relocations_are_never_patched_and_are_reported() {
         "no coverage warning in the report:\n{report}"
     );
 }
+
+/// Issue 12 item 9: two hook sets on one symbol. Each order of installing and uninstalling
+/// must leave a chain that runs every installed hook once (the later set first), and, when
+/// both are gone, the original alone — from a caller whose slot is patched and through dlsym.
+#[test]
+fn stacked_hook_sets_unstack_in_any_order() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    static REAL_A: AtomicUsize = AtomicUsize::new(0);
+    static REAL_B: AtomicUsize = AtomicUsize::new(0);
+    static CALLS_A: AtomicUsize = AtomicUsize::new(0);
+    static CALLS_B: AtomicUsize = AtomicUsize::new(0);
+    counting_hook!(hook_a, REAL_A, CALLS_A);
+    counting_hook!(hook_b, REAL_B, CALLS_B);
+
+    open("libtarget.so", libc::RTLD_NOW | libc::RTLD_GLOBAL);
+    let plugin = open("libplugin.so", libc::RTLD_NOW);
+    let through_slot = function(plugin, "plugin_call");
+    // dlsym called from a patched object (the test program holds cuhook and is never patched).
+    let caller = open("libdlcaller.so", libc::RTLD_NOW);
+    // SAFETY: dlcaller_sym has dlsym's type.
+    let dlsym_from_library: unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void =
+        unsafe { std::mem::transmute(libc::dlsym(caller, c"dlcaller_sym".as_ptr())) };
+    // SAFETY: dlcaller_open has dlopen's type.
+    let dlopen_from_library: unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void =
+        unsafe { std::mem::transmute(libc::dlsym(caller, c"dlcaller_open".as_ptr())) };
+    // SAFETY: dlcaller_close has dlclose's type.
+    let dlclose_from_library: unsafe extern "C" fn(*mut c_void) -> c_int =
+        unsafe { std::mem::transmute(libc::dlsym(caller, c"dlcaller_close".as_ptr())) };
+    let lookup = |name: &std::ffi::CStr| {
+        // SAFETY: a lookup in the global scope; target_add has type int(int, int).
+        let f = unsafe { dlsym_from_library(libc::RTLD_DEFAULT, name.as_ptr()) };
+        assert!(!f.is_null());
+        // SAFETY: as above.
+        unsafe { std::mem::transmute::<*mut c_void, Call>(f) }
+    };
+    let set = |name: &str, hook: usize, real: &'static AtomicUsize| {
+        cuhook::hooks::HookSet::new(
+            name,
+            vec![cuhook::hooks::Hook::new("target_add", hook, real).unwrap()],
+        )
+        .unwrap()
+    };
+    let a = set("stack-a", hook_a as *const () as usize, &REAL_A);
+    let b = set("stack-b", hook_b as *const () as usize, &REAL_B);
+    // (calls of A, calls of B) for one call through the plugin's slot and one through dlsym.
+    let calls = || {
+        let (a0, b0) = (
+            CALLS_A.load(Ordering::Relaxed),
+            CALLS_B.load(Ordering::Relaxed),
+        );
+        // SAFETY: fixture function of type int(int, int).
+        assert_eq!(unsafe { through_slot(20, 22) }, 42, "result changed");
+        let slot = (
+            CALLS_A.load(Ordering::Relaxed) - a0,
+            CALLS_B.load(Ordering::Relaxed) - b0,
+        );
+        let (a0, b0) = (
+            CALLS_A.load(Ordering::Relaxed),
+            CALLS_B.load(Ordering::Relaxed),
+        );
+        let looked_up = lookup(c"target_add");
+        // SAFETY: as above.
+        assert_eq!(unsafe { looked_up(1, 2) }, 3, "result changed");
+        let lookup = (
+            CALLS_A.load(Ordering::Relaxed) - a0,
+            CALLS_B.load(Ordering::Relaxed) - b0,
+        );
+        (slot, lookup)
+    };
+    for (round, a_first_out) in [true, false, true, false].into_iter().enumerate() {
+        let ia = cuhook::hooks::install(&a).unwrap();
+        assert_eq!(calls(), ((1, 0), (1, 0)), "round {round}: A alone");
+        let ib = cuhook::hooks::install(&b).unwrap();
+        assert_eq!(calls(), ((1, 1), (1, 1)), "round {round}: A and B stacked");
+        // A library loaded while both are installed gets the same chain.
+        let second = CString::new(
+            common::fixtures_dir()
+                .join("libsecond.so")
+                .to_str()
+                .unwrap(),
+        );
+        // SAFETY: dlopen from a patched object, so the loader interposer sees it.
+        let late = unsafe { dlopen_from_library(second.unwrap().as_ptr(), libc::RTLD_NOW) };
+        assert!(!late.is_null());
+        let (a0, b0) = (
+            CALLS_A.load(Ordering::Relaxed),
+            CALLS_B.load(Ordering::Relaxed),
+        );
+        // SAFETY: fixture function of type int(int, int).
+        assert_eq!(unsafe { function(late, "second_call")(2, 2) }, 4);
+        let seen = (
+            CALLS_A.load(Ordering::Relaxed) - a0,
+            CALLS_B.load(Ordering::Relaxed) - b0,
+        );
+        assert_eq!(seen, (1, 1), "round {round}: library loaded while stacked");
+        // SAFETY: our own handle, closed from a patched object.
+        assert_eq!(unsafe { dlclose_from_library(late) }, 0);
+        if a_first_out {
+            ia.uninstall().unwrap();
+            assert_eq!(calls(), ((0, 1), (0, 1)), "round {round}: B after A left");
+            ib.uninstall().unwrap();
+        } else {
+            ib.uninstall().unwrap();
+            assert_eq!(calls(), ((1, 0), (1, 0)), "round {round}: A after B left");
+            ia.uninstall().unwrap();
+        }
+        assert_eq!(
+            calls(),
+            ((0, 0), (0, 0)),
+            "round {round}: the original alone"
+        );
+    }
+}

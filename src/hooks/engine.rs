@@ -262,7 +262,8 @@ pub(crate) fn uninstall(id: u64) -> Result<UninstallReport> {
             ..Default::default()
         });
     }
-    st.sets.remove(pos);
+    let removed = st.sets.remove(pos);
+    st.unstack(id, &removed.set);
     let report = st.restore(id)?;
     // The loader interposers leave with the last set.
     if st.sets.iter().all(|s| s.set.name == DL_SET_NAME) {
@@ -312,6 +313,66 @@ impl State {
         self.next_id += 1;
         self.sets.push(InstalledSet { id, set, refs: 1 });
         id
+    }
+
+    /// The replacement at the top of the stack of installed hooks on `symbol` that starts at
+    /// `definition`: each set installed later on the same symbol calls the one below it.
+    fn top_of_stack(&self, set_id: u64, hook: &Hook, definition: usize) -> usize {
+        let mut top = definition;
+        // Each step moves to another set; a chain cannot be longer than the set list.
+        for _ in 0..self.sets.len() {
+            let above = self.sets.iter().filter(|s| s.id != set_id).find_map(|s| {
+                s.set
+                    .hooks
+                    .iter()
+                    .find(|h| {
+                        h.symbol() == hook.symbol()
+                            && h.version() == hook.version()
+                            && h.original.get() == top
+                            && top != 0
+                            && self.journal.has_symbol(s.id, h.symbol())
+                    })
+                    .map(|h| h.replacement)
+            });
+            match above {
+                Some(r) if r != top => top = r,
+                _ => break,
+            }
+        }
+        top
+    }
+
+    /// Take a leaving set out of the stacks it is part of: a set above it (whose hooks call
+    /// this set's replacement) now calls what this set called, and its slots written over this
+    /// set's replacement put that back at uninstall. Those slots are handed over (never
+    /// restored by this set, which would find them changed and report them foreign).
+    fn unstack(&mut self, set_id: u64, leaving: &HookSet) {
+        let mut handed_over = HashSet::new();
+        for h in leaving.hooks.iter() {
+            let below = h.original.get();
+            if h.replacement == 0 || below == 0 {
+                continue;
+            }
+            for s in &self.sets {
+                for above in s.set.hooks.iter() {
+                    if above.symbol() == h.symbol()
+                        && above.version() == h.version()
+                        && above.original.get() == h.replacement
+                    {
+                        above.original.set(below);
+                        self.dirty = true;
+                        handed_over.extend(self.journal.reroute(s.id, h.replacement, below));
+                    }
+                }
+            }
+        }
+        if !handed_over.is_empty() {
+            for e in self.journal.take_set(set_id) {
+                if !handed_over.contains(&e.address) {
+                    self.journal.record(e);
+                }
+            }
+        }
     }
 
     /// Put back every slot journaled for `set_id` (compare-and-swap), in objects still loaded.
@@ -768,13 +829,29 @@ impl State {
             // defines it knows it.
             original = resolver.in_definers(hook.version.as_deref());
         }
+        if !live {
+            // Another installed set already hooks this function: stack on top of it.
+            original = self.top_of_stack(set_id, hook, original);
+        }
         let first = plans.len();
+        let stacked = plans.iter().any(|p| p.hook.symbol() == symbol);
         for (i, idx) in batch.objects.iter().enumerate() {
             for slot in idx.slots(symbol, version) {
                 if self.journal.contains(set_id, slot.address) {
                     continue;
                 }
-                let Some(value) = batch.value(slot.address) else {
+                // A set below this one in a stack may be about to write this slot: it then
+                // holds that set's replacement by the time this plan is written.
+                let planned = if stacked {
+                    plans[..first]
+                        .iter()
+                        .rev()
+                        .find(|p| p.slot.address == slot.address)
+                        .map(|p| p.hook.replacement)
+                } else {
+                    None
+                };
+                let Some(value) = planned.or_else(|| batch.value(slot.address)) else {
                     continue;
                 };
                 if value == hook.replacement {

@@ -36,9 +36,15 @@ pub fn substitute(found: usize) -> usize {
     if found == 0 {
         return 0;
     }
-    TABLE
-        .read()
-        .iter()
-        .find(|s| s.original == found)
-        .map_or(found, |s| s.replacement)
+    let table = TABLE.read();
+    // Hooks stacked on one function form a chain (each one's original is the replacement
+    // below it): hand out the top. Bounded by the table's length, so no cycle can spin.
+    let mut top = found;
+    for _ in 0..table.len() {
+        match table.iter().find(|s| s.original == top) {
+            Some(s) => top = s.replacement,
+            None => break,
+        }
+    }
+    top
 }
