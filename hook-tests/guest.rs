@@ -202,3 +202,101 @@ fn stacked_hook_sets_unstack_in_any_order() {
         );
     }
 }
+
+/// Issue 12 item 6: a fork while another thread is inside an engine operation. The child must
+/// be able to run engine operations (a rescan, a dlopen that patches) at once: before, it
+/// inherited the patch lock held by a thread that does not exist there, so a rescan spun forever
+/// and a dlopen waited out its patience.
+#[test]
+fn a_child_forked_during_an_engine_operation_can_use_the_engine() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    counting_hook!(add, REAL_ADD, CALLS);
+    static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    open("libtarget.so", libc::RTLD_NOW | libc::RTLD_GLOBAL);
+    let caller = open("libdlcaller.so", libc::RTLD_NOW);
+    // SAFETY: dlcaller_open has dlopen's type.
+    let dlopen_from_library: unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void =
+        unsafe { std::mem::transmute(libc::dlsym(caller, c"dlcaller_open".as_ptr())) };
+    let plugin = CString::new(
+        common::fixtures_dir()
+            .join("libplugin.so")
+            .to_str()
+            .unwrap(),
+    )
+    .unwrap();
+    STOP.store(false, Ordering::Relaxed);
+    let toggler = std::thread::spawn(|| {
+        let set = cuhook::hooks::HookSet::new(
+            "fork-toggle",
+            vec![
+                cuhook::hooks::Hook::new("target_add", add as *const () as usize, &REAL_ADD)
+                    .unwrap(),
+            ],
+        )
+        .unwrap();
+        let mut rounds = 0u64;
+        while !STOP.load(Ordering::Relaxed) {
+            if let Ok(i) = cuhook::hooks::install(&set) {
+                let _ = i.uninstall();
+            }
+            rounds += 1;
+        }
+        rounds
+    });
+    let forks = std::env::var("CUHOOK_FORKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let (mut hung, mut failed) = (0, 0);
+    for _ in 0..forks {
+        // SAFETY: the child only calls into cuhook and the loader, then _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let start = std::time::Instant::now();
+            let scanned = cuhook::hooks::rescan(None).is_ok();
+            // SAFETY: a fixture library, opened from a patched object.
+            let h = unsafe { dlopen_from_library(plugin.as_ptr(), libc::RTLD_NOW) };
+            let quick = start.elapsed() < std::time::Duration::from_millis(1500);
+            // SAFETY: ends the child without running the parent's exit handlers.
+            unsafe {
+                libc::_exit(if scanned && !h.is_null() && quick {
+                    0
+                } else {
+                    1
+                })
+            };
+        }
+        assert!(pid > 0, "fork failed");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut status = 0;
+        loop {
+            // SAFETY: our own child.
+            let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if rc == pid {
+                failed += !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) as u32;
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                hung += 1;
+                // SAFETY: our own child, then reaped.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    STOP.store(true, Ordering::Relaxed);
+    let rounds = toggler.join().unwrap();
+    assert!(rounds > 0);
+    assert_eq!(
+        (hung, failed),
+        (0, 0),
+        "of {forks} children: hung, slow or failed"
+    );
+}

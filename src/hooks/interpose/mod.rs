@@ -22,7 +22,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-pub(crate) use substitute::{publish, substitute};
+pub(crate) use substitute::{hold_for_fork, publish, release_after_fork, substitute};
 
 use super::set::{Hook, HookSet};
 

@@ -48,3 +48,19 @@ pub fn substitute(found: usize) -> usize {
     }
     top
 }
+
+/// Hold the table's write lock across a fork (see the engine's fork handlers), so a child never
+/// inherits it held by a thread that is gone.
+pub(crate) fn hold_for_fork() {
+    std::mem::forget(TABLE.write());
+}
+
+/// Release the lock [`hold_for_fork`] took.
+///
+/// # Safety
+/// Only after `hold_for_fork` on this thread (in a child: in the parent's forking thread).
+#[allow(unsafe_code)]
+pub(crate) unsafe fn release_after_fork() {
+    // SAFETY: the caller took the write lock with `hold_for_fork` and forgot the guard.
+    unsafe { TABLE.force_write_unlock() };
+}
