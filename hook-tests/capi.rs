@@ -186,3 +186,66 @@ fn registry_reflects_only_successful_calls_seen_by_the_hooks() {
         "alloc_after_reinstall",
     ]);
 }
+
+/// The soak of issue 12 ("Beyond the list"): fixtures/capi/soak.c on the fake driver, under a
+/// watchdog. `CUHOOK_SOAK_SECS` sets its length (default 3 s; the long run in
+/// docs/reliability.md used 300).
+#[test]
+fn soak_allocations_loader_churn_install_toggling_and_forks() {
+    let secs: f64 = std::env::var("CUHOOK_SOAK_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3.0);
+    let exe = build_in("soak.c", &std::env::temp_dir());
+    let plugin = common::fixtures_dir().join("libcov_plugin.so");
+    let mut child = Command::new(&exe)
+        .arg(&plugin)
+        .arg(secs.to_string())
+        .env("CUHOOK_DISABLE", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_secs_f64(secs * 3.0 + 60.0);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            let _ = std::fs::remove_file(&exe);
+            panic!(
+                "soak hung (watchdog); output so far:\n{}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(&exe);
+    let run = common::Run {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    };
+    eprintln!(
+        "{}",
+        run.stdout
+            .lines()
+            .filter(|l| l.starts_with("soak "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    run.assert_passed(&[
+        "install",
+        "handler",
+        "phase1_calls_succeed",
+        "phase1_no_extra_events",
+        "phase1_toggled",
+        "reinstalled",
+        "phase2_calls_succeed",
+        "phase2_events_equal_calls",
+        "registry_empty",
+        "loader_churn",
+        "children_ok",
+    ]);
+}
