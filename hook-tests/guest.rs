@@ -30,6 +30,36 @@ fn function(handle: *mut c_void, name: &str) -> Call {
     }
 }
 
+/// `dlopen`, `dlclose` and `dlsym` called from a patched object (libdlcaller.so): the test
+/// program holds cuhook and is never patched, so its own loader calls are not interposed.
+struct FromLibrary {
+    open: OpenFn,
+    close: CloseFn,
+    sym: SymFn,
+}
+
+type OpenFn = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
+type CloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+type SymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+fn from_library() -> FromLibrary {
+    let caller = open("libdlcaller.so", libc::RTLD_NOW);
+    let find = |name: &std::ffi::CStr| {
+        // SAFETY: a lookup in a fixture library we hold open.
+        let f = unsafe { libc::dlsym(caller, name.as_ptr()) };
+        assert!(!f.is_null());
+        f
+    };
+    // SAFETY: the dlcaller_* functions have the types of dlopen, dlclose and dlsym.
+    unsafe {
+        FromLibrary {
+            open: std::mem::transmute::<*mut c_void, OpenFn>(find(c"dlcaller_open")),
+            close: std::mem::transmute::<*mut c_void, CloseFn>(find(c"dlcaller_close")),
+            sym: std::mem::transmute::<*mut c_void, SymFn>(find(c"dlcaller_sym")),
+        }
+    }
+}
+
 /// Mappings of this process that are writable and executable at once.
 fn writable_and_executable() -> Vec<String> {
     std::fs::read_to_string("/proc/self/maps")
@@ -107,16 +137,11 @@ fn stacked_hook_sets_unstack_in_any_order() {
     let plugin = open("libplugin.so", libc::RTLD_NOW);
     let through_slot = function(plugin, "plugin_call");
     // dlsym called from a patched object (the test program holds cuhook and is never patched).
-    let caller = open("libdlcaller.so", libc::RTLD_NOW);
-    // SAFETY: dlcaller_sym has dlsym's type.
-    let dlsym_from_library: unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void =
-        unsafe { std::mem::transmute(libc::dlsym(caller, c"dlcaller_sym".as_ptr())) };
-    // SAFETY: dlcaller_open has dlopen's type.
-    let dlopen_from_library: unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void =
-        unsafe { std::mem::transmute(libc::dlsym(caller, c"dlcaller_open".as_ptr())) };
-    // SAFETY: dlcaller_close has dlclose's type.
-    let dlclose_from_library: unsafe extern "C" fn(*mut c_void) -> c_int =
-        unsafe { std::mem::transmute(libc::dlsym(caller, c"dlcaller_close".as_ptr())) };
+    let FromLibrary {
+        open: dlopen_from_library,
+        close: dlclose_from_library,
+        sym: dlsym_from_library,
+    } = from_library();
     let lookup = |name: &std::ffi::CStr| {
         // SAFETY: a lookup in the global scope; target_add has type int(int, int).
         let f = unsafe { dlsym_from_library(libc::RTLD_DEFAULT, name.as_ptr()) };
@@ -216,10 +241,7 @@ fn a_child_forked_during_an_engine_operation_can_use_the_engine() {
     static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
     open("libtarget.so", libc::RTLD_NOW | libc::RTLD_GLOBAL);
-    let caller = open("libdlcaller.so", libc::RTLD_NOW);
-    // SAFETY: dlcaller_open has dlopen's type.
-    let dlopen_from_library: unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void =
-        unsafe { std::mem::transmute(libc::dlsym(caller, c"dlcaller_open".as_ptr())) };
+    let dlopen_from_library = from_library().open;
     let plugin = CString::new(
         common::fixtures_dir()
             .join("libplugin.so")
