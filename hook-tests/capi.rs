@@ -249,3 +249,48 @@ fn soak_allocations_loader_churn_install_toggling_and_forks() {
         "children_ok",
     ]);
 }
+
+/// Issue 12 item 2: `exit()` with the exit report on while three threads `dlopen`/`dlclose`
+/// libraries. The report's scan of loaded objects (static-runtime detection) read objects that
+/// were not pinned, and crashed the host in some runs. `CUHOOK_EXIT_RUNS` sets the count.
+#[test]
+fn the_exit_report_never_reads_an_object_being_unloaded() {
+    let runs: usize = std::env::var("CUHOOK_EXIT_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let dir = std::env::temp_dir();
+    let exe = build_in("exit_during_dlclose.c", &dir);
+    let fixtures = common::fixtures_dir();
+    let libs = [
+        "libcov_plugin.so",
+        "libplugin.so",
+        "libnextd.so",
+        "libcov_local.so",
+    ];
+    let mut crashes = Vec::new();
+    for run in 0..runs {
+        let report = dir.join(format!("cuhook-exit-report-{}-{run}", std::process::id()));
+        let out = Command::new(&exe)
+            .args(libs.iter().map(|l| fixtures.join(l)))
+            .env("CUHOOK_REPORT", &report)
+            .output()
+            .unwrap();
+        let text = std::fs::read_to_string(&report).unwrap_or_default();
+        let _ = std::fs::remove_file(&report);
+        if !out.status.success() || !text.contains("Coverage warnings") {
+            crashes.push((
+                run,
+                out.status,
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            ));
+        }
+    }
+    let _ = std::fs::remove_file(exe);
+    assert!(
+        crashes.is_empty(),
+        "{} of {runs} runs failed: {:?}",
+        crashes.len(),
+        &crashes[..crashes.len().min(3)]
+    );
+}
