@@ -322,3 +322,59 @@ fn a_child_forked_during_an_engine_operation_can_use_the_engine() {
         "of {forks} children: hung, slow or failed"
     );
 }
+
+/// Issue 12 item 3: a library that made its own symbol-table page unreadable. Installing (in a
+/// child process, so that a crash is a failed check) must not fault: the readers trust the
+/// page's real protection, not the segment's flags, and leave that library unread.
+#[test]
+fn a_library_with_an_unreadable_symbol_table_is_left_unread() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    counting_hook!(add, REAL_ADD, CALLS);
+
+    open("libtarget.so", libc::RTLD_NOW | libc::RTLD_GLOBAL);
+    // SAFETY: the child only installs, uninstalls and _exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // Not looked up with dlsym: glibc's own lookup would fault on the hidden table.
+        open("libhide_symbols.so", libc::RTLD_NOW | libc::RTLD_LOCAL);
+        let plugin = function(
+            open("libplugin.so", libc::RTLD_NOW | libc::RTLD_LOCAL),
+            "plugin_call",
+        );
+        let set = cuhook::hooks::HookSet::new(
+            "hidden",
+            vec![
+                cuhook::hooks::Hook::new("target_add", add as *const () as usize, &REAL_ADD)
+                    .unwrap(),
+            ],
+        )
+        .unwrap();
+        let ok = match cuhook::hooks::install(&set) {
+            Ok(i) => {
+                let before = CALLS.load(Ordering::Relaxed);
+                // SAFETY: fixture function of type int(int, int).
+                let result = unsafe { plugin(3, 4) };
+                let hooked = CALLS.load(Ordering::Relaxed) == before + 1;
+                result == 7 && hooked && i.uninstall().is_ok()
+            }
+            Err(_) => false,
+        };
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    assert!(pid > 0);
+    let mut status = 0;
+    // SAFETY: our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "install with an unreadable symbol table: wait status {status:#x} (signal {})",
+        if libc::WIFSIGNALED(status) {
+            libc::WTERMSIG(status)
+        } else {
+            0
+        }
+    );
+}
