@@ -60,6 +60,19 @@ fn from_library() -> FromLibrary {
     }
 }
 
+/// A hook set of one hook on the fixtures' `target_add`.
+fn target_add_set(
+    name: &str,
+    hook: extern "C" fn(c_int, c_int) -> c_int,
+    real: &'static AtomicUsize,
+) -> cuhook::hooks::HookSet {
+    cuhook::hooks::HookSet::new(
+        name,
+        vec![cuhook::hooks::Hook::new("target_add", hook as *const () as usize, real).unwrap()],
+    )
+    .unwrap()
+}
+
 /// Mappings of this process that are writable and executable at once.
 fn writable_and_executable() -> Vec<String> {
     std::fs::read_to_string("/proc/self/maps")
@@ -90,11 +103,7 @@ fn text_relocations_are_never_patched_and_are_reported() {
         function(lib, "textrel_through_plt"),
         function(lib, "textrel_through_text"),
     );
-    let set = cuhook::hooks::HookSet::new(
-        "textrel",
-        vec![cuhook::hooks::Hook::new("target_add", add as *const () as usize, &REAL_ADD).unwrap()],
-    )
-    .unwrap();
+    let set = target_add_set("textrel", add, &REAL_ADD);
     let installed = cuhook::hooks::install(&set).unwrap();
     let wx = writable_and_executable();
     let before = CALLS.load(Ordering::Relaxed);
@@ -149,15 +158,8 @@ fn stacked_hook_sets_unstack_in_any_order() {
         // SAFETY: as above.
         unsafe { std::mem::transmute::<*mut c_void, Call>(f) }
     };
-    let set = |name: &str, hook: usize, real: &'static AtomicUsize| {
-        cuhook::hooks::HookSet::new(
-            name,
-            vec![cuhook::hooks::Hook::new("target_add", hook, real).unwrap()],
-        )
-        .unwrap()
-    };
-    let a = set("stack-a", hook_a as *const () as usize, &REAL_A);
-    let b = set("stack-b", hook_b as *const () as usize, &REAL_B);
+    let a = target_add_set("stack-a", hook_a, &REAL_A);
+    let b = target_add_set("stack-b", hook_b, &REAL_B);
     // (calls of A, calls of B) for one call through the plugin's slot and one through dlsym.
     let calls = || {
         let (a0, b0) = (
@@ -251,14 +253,7 @@ fn a_child_forked_during_an_engine_operation_can_use_the_engine() {
     .unwrap();
     STOP.store(false, Ordering::Relaxed);
     let toggler = std::thread::spawn(|| {
-        let set = cuhook::hooks::HookSet::new(
-            "fork-toggle",
-            vec![
-                cuhook::hooks::Hook::new("target_add", add as *const () as usize, &REAL_ADD)
-                    .unwrap(),
-            ],
-        )
-        .unwrap();
+        let set = target_add_set("fork-toggle", add, &REAL_ADD);
         let mut rounds = 0u64;
         while !STOP.load(Ordering::Relaxed) {
             if let Ok(i) = cuhook::hooks::install(&set) {
@@ -350,14 +345,7 @@ fn a_library_with_an_unreadable_symbol_table_is_left_unread() {
             open("libplugin.so", libc::RTLD_NOW | libc::RTLD_LOCAL),
             "plugin_call",
         );
-        let set = cuhook::hooks::HookSet::new(
-            "hidden",
-            vec![
-                cuhook::hooks::Hook::new("target_add", add as *const () as usize, &REAL_ADD)
-                    .unwrap(),
-            ],
-        )
-        .unwrap();
+        let set = target_add_set("hidden", add, &REAL_ADD);
         let ok = match cuhook::hooks::install(&set) {
             Ok(i) => {
                 let before = CALLS.load(Ordering::Relaxed);
