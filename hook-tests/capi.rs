@@ -186,3 +186,111 @@ fn registry_reflects_only_successful_calls_seen_by_the_hooks() {
         "alloc_after_reinstall",
     ]);
 }
+
+/// The soak of issue 12 ("Beyond the list"): fixtures/capi/soak.c on the fake driver, under a
+/// watchdog. `CUHOOK_SOAK_SECS` sets its length (default 3 s; the long run in
+/// docs/reliability.md used 300).
+#[test]
+fn soak_allocations_loader_churn_install_toggling_and_forks() {
+    let secs: f64 = std::env::var("CUHOOK_SOAK_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3.0);
+    let exe = build_in("soak.c", &std::env::temp_dir());
+    let plugin = common::fixtures_dir().join("libcov_plugin.so");
+    let mut child = Command::new(&exe)
+        .arg(&plugin)
+        .arg(secs.to_string())
+        .env("CUHOOK_DISABLE", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_secs_f64(secs * 3.0 + 60.0);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            let _ = std::fs::remove_file(&exe);
+            panic!(
+                "soak hung (watchdog); output so far:\n{}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(&exe);
+    let run = common::Run {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    };
+    eprintln!(
+        "{}",
+        run.stdout
+            .lines()
+            .filter(|l| l.starts_with("soak "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    run.assert_passed(&[
+        "install",
+        "handler",
+        "phase1_calls_succeed",
+        "phase1_no_extra_events",
+        "phase1_toggled",
+        "reinstalled",
+        "phase2_calls_succeed",
+        "phase2_events_equal_calls",
+        "registry_empty",
+        "loader_churn",
+        "children_ok",
+    ]);
+}
+
+/// Issue 12 item 2: `exit()` with the exit report on while three threads `dlopen`/`dlclose`
+/// libraries. The report's scan of loaded objects (static-runtime detection) read objects that
+/// were not pinned, and crashed the host in some runs. `CUHOOK_EXIT_RUNS` sets the count.
+#[test]
+fn the_exit_report_never_reads_an_object_being_unloaded() {
+    let runs: usize = std::env::var("CUHOOK_EXIT_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let dir = std::env::temp_dir();
+    let exe = build_in("exit_during_dlclose.c", &dir);
+    let fixtures = common::fixtures_dir();
+    let libs = [
+        "libcov_plugin.so",
+        "libplugin.so",
+        "libnextd.so",
+        "libcov_local.so",
+    ];
+    let mut crashes = Vec::new();
+    for run in 0..runs {
+        let report = dir.join(format!("cuhook-exit-report-{}-{run}", std::process::id()));
+        let out = Command::new(&exe)
+            .args(libs.iter().map(|l| fixtures.join(l)))
+            .env("CUHOOK_REPORT", &report)
+            .output()
+            .unwrap();
+        let text = std::fs::read_to_string(&report).unwrap_or_default();
+        let _ = std::fs::remove_file(&report);
+        if !out.status.success() || !text.contains("Coverage warnings") {
+            crashes.push((
+                run,
+                out.status,
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            ));
+        }
+    }
+    let _ = std::fs::remove_file(exe);
+    assert!(
+        crashes.is_empty(),
+        "{} of {runs} runs failed: {:?}",
+        crashes.len(),
+        &crashes[..crashes.len().min(3)]
+    );
+}

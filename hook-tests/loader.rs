@@ -36,6 +36,25 @@ loader_tests! {
     concurrent_dlopen_calls_and_installs: "stress" => ["stress_no_errors", "stress_results", "stress_rounds"];
 }
 
+/// Issue 12 items 7 and 8: `RTLD_NEXT` from libraries opened with `dlopen` gives glibc's own
+/// answer and `dlerror` text. x86_64 only: elsewhere the lookup is emulated (a documented limit).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn rtld_next_from_dlopened_libraries_is_glibcs() {
+    run_fixture("app_dl", &["next_dlopened"], &[]).assert_passed(&[
+        "local_opened",
+        "local_plain_is_libc",
+        "local_next_malloc",
+        "local_next_malloc_versioned",
+        "local_dlerror_names_caller",
+        "global_opened",
+        "global_plain_is_libc",
+        "global_next_malloc",
+        "global_next_malloc_versioned",
+        "global_dlerror_names_caller",
+    ]);
+}
+
 /// In this process (the other tests run fixture processes): a `dlopen` that adds exactly one
 /// object is handled through the returned handle and its `dlclose` through `_dl_find_object`,
 /// without walking the loader's list; one that adds two objects (a library and its new

@@ -2,9 +2,10 @@
 //! tables are.
 
 use goblin::elf::dynamic::{
-    DT_GNU_HASH, DT_HASH, DT_INIT, DT_INIT_ARRAYSZ, DT_JMPREL, DT_NULL, DT_PLTREL, DT_PLTRELSZ,
-    DT_REL, DT_RELA, DT_RELAENT, DT_RELASZ, DT_RELENT, DT_RELSZ, DT_STRSZ, DT_STRTAB, DT_SYMENT,
-    DT_SYMTAB, DT_VERDEF, DT_VERDEFNUM, DT_VERNEED, DT_VERNEEDNUM, DT_VERSYM,
+    DF_TEXTREL, DT_FLAGS, DT_GNU_HASH, DT_HASH, DT_INIT, DT_INIT_ARRAYSZ, DT_JMPREL, DT_NULL,
+    DT_PLTREL, DT_PLTRELSZ, DT_REL, DT_RELA, DT_RELAENT, DT_RELASZ, DT_RELENT, DT_RELSZ, DT_STRSZ,
+    DT_STRTAB, DT_SYMENT, DT_SYMTAB, DT_TEXTREL, DT_VERDEF, DT_VERDEFNUM, DT_VERNEED,
+    DT_VERNEEDNUM, DT_VERSYM,
 };
 use goblin::elf64::dynamic::Dyn;
 use libc::PT_DYNAMIC;
@@ -39,6 +40,9 @@ pub struct DynamicTables {
     pub hash: Option<usize>,
     /// The object has constructors (`DT_INIT` or a non-empty `DT_INIT_ARRAY`).
     pub has_constructors: bool,
+    /// The loader writes relocations into the object's code (`DT_TEXTREL`, or `DF_TEXTREL` in
+    /// `DT_FLAGS`).
+    pub text_relocations: bool,
 }
 
 /// `Elf64_Rel` (goblin's is not `Copy`).
@@ -146,6 +150,8 @@ impl DynamicTables {
                 DT_GNU_HASH => gnu_hash = Some(v),
                 DT_HASH => hash = Some(v),
                 DT_INIT => t.has_constructors = true,
+                DT_TEXTREL => t.text_relocations = true,
+                DT_FLAGS if d.d_val & DF_TEXTREL != 0 => t.text_relocations = true,
                 DT_INIT_ARRAYSZ if v > 0 => t.has_constructors = true,
                 _ => {}
             }

@@ -1,9 +1,12 @@
 //! Bounded reads of a loaded object's memory.
 //!
 //! # Safety
-//! A [`LoadedObject`]'s `PT_LOAD` segments are mapped and readable while the object stays loaded;
-//! callers keep it loaded (pinned) while an [`Image`] is in use. Every read is checked to lie
-//! inside one readable segment before it is made, so corrupt tables yield `None`, never a fault.
+//! A [`LoadedObject`]'s `PT_LOAD` segments are mapped while the object stays loaded; callers
+//! keep it loaded (pinned) while an [`Image`] is in use. Where the kernel can say
+//! (`PROCMAP_QUERY`), only the parts of the readable segments that are readable *now* count (an
+//! object may have changed the protection of its own pages); else the segment flags. Every read
+//! is checked to lie inside one such range before it is made, so corrupt tables yield `None`,
+//! never a fault.
 #![allow(unsafe_code)]
 
 use libc::PF_R;
@@ -29,6 +32,20 @@ impl<'a> Image<'a> {
             readable: [(0, 0); CACHED],
             count: 0,
         };
+        // The pages as the kernel has them now: an object may have made its own pages
+        // unreadable, whatever its program headers say. Parts beyond the cache are left unread.
+        let declared = obj
+            .segments()
+            .filter(|&(_, _, flags)| flags & PF_R != 0)
+            .map(|(s, e, _)| (s, e));
+        if super::protection::readable_parts(declared, |s, e| {
+            if img.count < CACHED {
+                img.readable[img.count] = (s, e);
+                img.count += 1;
+            }
+        }) {
+            return img;
+        }
         for (s, e, flags) in obj.segments() {
             if flags & PF_R == 0 {
                 continue;

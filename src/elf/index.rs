@@ -16,6 +16,7 @@ use super::image::Image;
 use super::snapshot::LoadedObject;
 use super::symbols::wanted_indexes;
 use crate::Result;
+use goblin::elf::program_header::PF_X;
 
 /// Which kind of relocation fills a slot. Only these three ever name a function we can hook.
 #[repr(i32)]
@@ -86,6 +87,9 @@ pub struct ObjectIndex {
     /// The object may define one of the wanted symbols (its scope can tell where a hooked
     /// function lives even when nothing imports it through a slot).
     pub defines_wanted: bool,
+    /// Relocations of wanted symbols that the loader wrote into the object's code
+    /// (`DT_TEXTREL`). Code is never made writable, so calls made through them are not seen.
+    pub text_references: usize,
     entries: Vec<Entry>,
     arena: Vec<u8>,
 }
@@ -113,6 +117,7 @@ impl ObjectIndex {
             object: object.clone(),
             has_constructors: false,
             defines_wanted: false,
+            text_references: 0,
             entries: Vec::new(),
             arena: Vec::new(),
         };
@@ -142,11 +147,12 @@ impl ObjectIndex {
         let versions = VersionNames::read(&img, &tables);
         for table in &tables.relocs {
             for (offset, info, addend) in relocations(&img, table) {
-                let Some(kind) = RelocKind::from_type(r_type(info)) else {
-                    continue;
-                };
+                let address = object.base.wrapping_add(offset as usize);
+                // A relocation the loader wrote into code, of any type: counted, never a slot.
+                let in_code = tables.text_relocations && in_code(&object, address);
+                let kind = RelocKind::from_type(r_type(info));
                 let sym_index = r_sym(info) as usize;
-                if sym_index == 0 || (kind == RelocKind::Abs64 && (!table.rela || addend != 0)) {
+                if sym_index == 0 || (kind.is_none() && !in_code) {
                     continue;
                 }
                 if let Some(ix) = &indexes {
@@ -154,9 +160,14 @@ impl ObjectIndex {
                         continue;
                     }
                 }
-                let address = object.base.wrapping_add(offset as usize);
-                if !address.is_multiple_of(std::mem::align_of::<usize>())
-                    || !object.contains_range(address, 8)
+                let slot_kind = match kind {
+                    Some(RelocKind::Abs64) if !table.rela || addend != 0 => None,
+                    k => k,
+                };
+                if !in_code
+                    && (slot_kind.is_none()
+                        || !address.is_multiple_of(std::mem::align_of::<usize>())
+                        || !object.contains_range(address, 8))
                 {
                     continue;
                 }
@@ -169,6 +180,10 @@ impl ObjectIndex {
                 if name.is_empty() || !by_name(name) {
                     continue;
                 }
+                let (false, Some(kind)) = (in_code, slot_kind) else {
+                    idx.text_references += 1;
+                    continue;
+                };
                 let defined_here = sym.st_shndx as u32 != SHN_UNDEF;
                 let canonical_plt = (!defined_here && sym.st_value != 0)
                     .then(|| object.base.wrapping_add(sym.st_value as usize));
@@ -361,6 +376,13 @@ impl<'a> VersionNames<'a> {
             .find(|(i, _)| *i == index)
             .map(|(_, n)| *n)
     }
+}
+
+/// Whether `address` lies in one of the object's executable segments.
+fn in_code(object: &LoadedObject, address: usize) -> bool {
+    object
+        .segments()
+        .any(|(start, end, flags)| flags & PF_X != 0 && (start..end).contains(&address))
 }
 
 #[cfg(test)]

@@ -6,12 +6,15 @@
 mod dynamic;
 mod image;
 mod index;
+mod protection;
 mod snapshot;
 mod symbols;
 
 pub use dynamic::{absolute, DynamicTables, RelocTable};
 pub use image::segments_contain;
 pub use index::{ObjectIndex, RelocKind, Slot};
+pub(crate) use protection::errno_of;
+pub use protection::{letters, readable_parts, ProtectionMap};
 pub use snapshot::{counters, snapshot, Counters, LoadedObject, Snapshot};
 pub(crate) use snapshot::{has_counters, name_bytes};
 pub use symbols::defines;

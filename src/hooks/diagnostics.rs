@@ -59,6 +59,10 @@ pub struct Diagnostics {
     /// Objects loaded after install whose constructors ran before their slots were patched
     /// (constructors run inside `dlopen`): calls made by those constructors were not seen.
     pub constructors_before_patch: Vec<String>,
+    /// Objects with text relocations (`DT_TEXTREL`) whose code holds addresses of hooked
+    /// functions, with how many: code is never made writable, so calls made that way are not
+    /// seen (the object's GOT slots are still patched).
+    pub text_relocations: Vec<(String, usize)>,
     /// Slots overwritten by a concurrent lazy-binding resolution and patched again.
     pub resolver_races: u64,
     /// Objects indexed so far.
@@ -107,6 +111,9 @@ impl std::fmt::Display for Diagnostics {
                 "foreign {} {} slot={:#x} found={:#x} ours={:#x}",
                 s.object, s.symbol, s.address, s.found, s.ours
             )?;
+        }
+        for (object, n) in &self.text_relocations {
+            writeln!(f, "text_relocations {object} references={n}")?;
         }
         for object in &self.constructors_before_patch {
             writeln!(f, "constructors_before_patch {object}")?;

@@ -4,7 +4,7 @@
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -82,12 +82,86 @@ pub(crate) struct Operation {
     guard: spin::MutexGuard<'static, State>,
 }
 
+/// The fork handlers took the patch lock (and the dlsym table's) for the fork.
+static HELD_FOR_FORK: AtomicBool = AtomicBool::new(false);
+/// In a child: the patch lock was inherited held by a thread that does not exist here (the
+/// fork handlers could not take it in time), so no operation can ever run.
+static ORPHANED: AtomicBool = AtomicBool::new(false);
+/// How long the fork handler waits for a running operation to end. Operations are short; only
+/// a fork from a thread holding the loader lock (a constructor) while an operation waits for
+/// that lock reaches it.
+const FORK_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Install the fork handlers (once per process), so that a child never inherits the patch lock
+/// held by a thread that does not exist in it.
+fn protect_fork() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: plain `extern "C"` handlers that never unwind.
+        #[allow(unsafe_code)]
+        let rc = unsafe {
+            libc::pthread_atfork(Some(prepare_fork), Some(after_fork), Some(after_fork_child))
+        };
+        if rc != 0 {
+            crate::log!(
+                crate::log::Level::Warn,
+                "pthread_atfork failed ({rc}): a fork during a hook install may leave the child unable to patch"
+            );
+        }
+    });
+}
+
+/// Before a fork: wait for a running operation to end and hold the lock across the fork (the
+/// child then starts with a consistent engine). Not when this thread is inside an operation:
+/// it lives on in the child and finishes it there.
+extern "C" fn prepare_fork() {
+    if IN_OPERATION.with(|f| f.get()) {
+        return;
+    }
+    let start = Instant::now();
+    loop {
+        if let Some(guard) = STATE.try_lock() {
+            std::mem::forget(guard);
+            super::interpose::hold_for_fork();
+            HELD_FOR_FORK.store(true, Ordering::Release);
+            return;
+        }
+        if start.elapsed() >= FORK_PATIENCE {
+            return;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// After a fork, in the parent: release what `prepare_fork` took.
+extern "C" fn after_fork() {
+    if HELD_FOR_FORK.swap(false, Ordering::AcqRel) {
+        // SAFETY: `prepare_fork` took both locks on this thread just before the fork.
+        #[allow(unsafe_code)]
+        unsafe {
+            super::interpose::release_after_fork();
+            STATE.force_unlock();
+        }
+    }
+}
+
+/// After a fork, in the child: as in the parent; a lock the handler could not take belongs to
+/// a thread that is gone, so the engine refuses operations instead of waiting forever.
+extern "C" fn after_fork_child() {
+    let held = HELD_FOR_FORK.load(Ordering::Acquire);
+    if !held && STATE.is_locked() && !IN_OPERATION.with(|f| f.get()) {
+        ORPHANED.store(true, Ordering::Release);
+    }
+    after_fork();
+}
+
 impl Operation {
     /// Wait for the patch lock; `None` on this thread's re-entry or after `patience` elapsed.
     pub(crate) fn begin(patience: Option<Duration>) -> Option<Operation> {
-        if IN_OPERATION.with(|f| f.get()) {
+        if IN_OPERATION.with(|f| f.get()) || ORPHANED.load(Ordering::Acquire) {
             return None;
         }
+        protect_fork();
         let guard = match STATE.try_lock() {
             Some(g) => g,
             None => {
@@ -262,7 +336,8 @@ pub(crate) fn uninstall(id: u64) -> Result<UninstallReport> {
             ..Default::default()
         });
     }
-    st.sets.remove(pos);
+    let removed = st.sets.remove(pos);
+    st.unstack(id, &removed.set);
     let report = st.restore(id)?;
     // The loader interposers leave with the last set.
     if st.sets.iter().all(|s| s.set.name == DL_SET_NAME) {
@@ -312,6 +387,66 @@ impl State {
         self.next_id += 1;
         self.sets.push(InstalledSet { id, set, refs: 1 });
         id
+    }
+
+    /// The replacement at the top of the stack of installed hooks on `symbol` that starts at
+    /// `definition`: each set installed later on the same symbol calls the one below it.
+    fn top_of_stack(&self, set_id: u64, hook: &Hook, definition: usize) -> usize {
+        let mut top = definition;
+        // Each step moves to another set; a chain cannot be longer than the set list.
+        for _ in 0..self.sets.len() {
+            let above = self.sets.iter().filter(|s| s.id != set_id).find_map(|s| {
+                s.set
+                    .hooks
+                    .iter()
+                    .find(|h| {
+                        h.symbol() == hook.symbol()
+                            && h.version() == hook.version()
+                            && h.original.get() == top
+                            && top != 0
+                            && self.journal.has_symbol(s.id, h.symbol())
+                    })
+                    .map(|h| h.replacement)
+            });
+            match above {
+                Some(r) if r != top => top = r,
+                _ => break,
+            }
+        }
+        top
+    }
+
+    /// Take a leaving set out of the stacks it is part of: a set above it (whose hooks call
+    /// this set's replacement) now calls what this set called, and its slots written over this
+    /// set's replacement put that back at uninstall. Those slots are handed over (never
+    /// restored by this set, which would find them changed and report them foreign).
+    fn unstack(&mut self, set_id: u64, leaving: &HookSet) {
+        let mut handed_over = HashSet::new();
+        for h in leaving.hooks.iter() {
+            let below = h.original.get();
+            if h.replacement == 0 || below == 0 {
+                continue;
+            }
+            for s in &self.sets {
+                for above in s.set.hooks.iter() {
+                    if above.symbol() == h.symbol()
+                        && above.version() == h.version()
+                        && above.original.get() == h.replacement
+                    {
+                        above.original.set(below);
+                        self.dirty = true;
+                        handed_over.extend(self.journal.reroute(s.id, h.replacement, below));
+                    }
+                }
+            }
+        }
+        if !handed_over.is_empty() {
+            for e in self.journal.take_set(set_id) {
+                if !handed_over.contains(&e.address) {
+                    self.journal.record(e);
+                }
+            }
+        }
     }
 
     /// Put back every slot journaled for `set_id` (compare-and-swap), in objects still loaded.
@@ -414,6 +549,15 @@ impl State {
                 Ok(idx) => {
                     let idx = Arc::new(idx);
                     self.diag.objects_indexed += 1;
+                    if idx.text_references > 0 {
+                        let name = obj.display_name().to_owned();
+                        crate::log!(
+                            crate::log::Level::Warn,
+                            "{name} has {} text relocation(s) of hooked functions: code is never made writable, so calls made through them are not seen",
+                            idx.text_references
+                        );
+                        push_bounded(&mut self.diag.text_relocations, (name, idx.text_references));
+                    }
                     if idx.has_canonical_plt() {
                         self.canonical.push(idx.clone());
                     }
@@ -759,13 +903,29 @@ impl State {
             // defines it knows it.
             original = resolver.in_definers(hook.version.as_deref());
         }
+        if !live {
+            // Another installed set already hooks this function: stack on top of it.
+            original = self.top_of_stack(set_id, hook, original);
+        }
         let first = plans.len();
+        let stacked = plans.iter().any(|p| p.hook.symbol() == symbol);
         for (i, idx) in batch.objects.iter().enumerate() {
             for slot in idx.slots(symbol, version) {
                 if self.journal.contains(set_id, slot.address) {
                     continue;
                 }
-                let Some(value) = batch.value(slot.address) else {
+                // A set below this one in a stack may be about to write this slot: it then
+                // holds that set's replacement by the time this plan is written.
+                let planned = if stacked {
+                    plans[..first]
+                        .iter()
+                        .rev()
+                        .find(|p| p.slot.address == slot.address)
+                        .map(|p| p.hook.replacement)
+                } else {
+                    None
+                };
+                let Some(value) = planned.or_else(|| batch.value(slot.address)) else {
                     continue;
                 };
                 if value == hook.replacement {
@@ -927,6 +1087,7 @@ impl Diagnostics {
             conflicts: Vec::new(),
             foreign: Vec::new(),
             constructors_before_patch: Vec::new(),
+            text_relocations: Vec::new(),
             resolver_races: 0,
             objects_indexed: 0,
             rescans: 0,

@@ -35,6 +35,19 @@ pub use diagnostics::{Conflict, Diagnostics, ForeignSlot};
 pub use engine::UninstallReport;
 pub use interpose::DL_SET_NAME;
 
+/// Run `read` on `object` while it is pinned (a concurrent `dlclose` cannot unmap it meanwhile);
+/// `None` when it is already gone or cannot be pinned. For readers outside the engine (the exit
+/// report) that scan the loaded objects.
+pub(crate) fn while_pinned<T>(
+    object: &crate::elf::LoadedObject,
+    read: impl FnOnce() -> T,
+) -> Option<T> {
+    let pin = loader::Pin::object(object)?;
+    let result = read();
+    drop(pin);
+    Some(result)
+}
+
 /// The hook to hand out for a function address: the replacement of an installed hook whose
 /// original is `address`, else `address` itself. This is what `dlsym` and `cuGetProcAddress`
 /// return through cuhook.

@@ -163,6 +163,19 @@ impl Journal {
             .is_some_and(|m| m.contains_key(&(set_id, address)))
     }
 
+    /// The set's entries that were written over `old`: they get `to` as the value to put back
+    /// (the set below them in a stack of hooks on one symbol left). Returns their addresses.
+    pub fn reroute(&mut self, set_id: u64, old: usize, to: usize) -> Vec<usize> {
+        let mut moved = Vec::new();
+        for e in self.entries.values_mut() {
+            if e.set_id == set_id && e.old == old {
+                e.old = to;
+                moved.push(e.address);
+            }
+        }
+        moved
+    }
+
     /// Whether any slot of `symbol` is patched by the given set.
     pub fn has_symbol(&self, set_id: u64, symbol: &str) -> bool {
         self.by_symbol

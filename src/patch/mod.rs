@@ -6,11 +6,10 @@
 //! writable; all writers are serialised by the engine's patch lock (see `hooks`).
 
 mod journal;
-mod protection;
 mod slot;
 
+pub use crate::elf::{letters, ProtectionMap};
 pub use journal::{Journal, JournalEntry};
-pub use protection::{letters, ProtectionMap};
 pub use slot::{
     compare_and_write, compare_and_write_raw, read_slot, LeftWritable, SlotWrite, WriteFailure,
 };

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use region::Protection;
 
-use super::protection::{errno_of, ProtectionMap};
+use crate::elf::{errno_of, ProtectionMap};
 use crate::{Error, Result};
 
 /// What a compare-and-swap on a slot found.

@@ -19,8 +19,11 @@ fn static_runtimes() -> Vec<String> {
         .filter(|o| {
             !o.name.contains("libcudart")
                 && hooks::skip_reason(o, &[]).is_none()
-                && !elf::defines(o, "cuGetProcAddress_v2", None)
-                && elf::segments_contain(o, b"cuGetProcAddress_v2\0")
+                && hooks::while_pinned(o, || {
+                    !elf::defines(o, "cuGetProcAddress_v2", None)
+                        && elf::segments_contain(o, b"cuGetProcAddress_v2\0")
+                })
+                .unwrap_or(false)
         })
         .map(|o| o.display_name().to_owned())
         .collect()
@@ -80,10 +83,9 @@ pub fn render() -> String {
 
     let mut warnings = Vec::new();
     let static_rt = static_runtimes();
-    let driver_loaded = elf::snapshot()
-        .objects
-        .iter()
-        .any(|o| elf::defines(o, "cuGetProcAddress_v2", None));
+    let driver_loaded = elf::snapshot().objects.iter().any(|o| {
+        hooks::while_pinned(o, || elf::defines(o, "cuGetProcAddress_v2", None)).unwrap_or(false)
+    });
     if !static_rt.is_empty() && driver_loaded && proc.calls == 0 {
         warnings.push(format!(
             "a static CUDA runtime is linked into {} but no cuGetProcAddress call was seen: its driver calls were invisible (was libcuda loaded before cuhook, or through an unpatched object?)",
@@ -108,6 +110,11 @@ pub fn render() -> String {
         warnings.push(format!(
             "{} in {} was re-patched by someone else and left as found",
             f.symbol, f.object
+        ));
+    }
+    for (o, n) in &diag.text_relocations {
+        warnings.push(format!(
+            "{o} has {n} text relocation(s) of hooked functions: its code is never made writable, so calls made through them are not seen"
         ));
     }
     if !diag.constructors_before_patch.is_empty() {

@@ -56,6 +56,12 @@ fn link_map_of(address: usize) -> Option<*mut LinkMap> {
     (ok != 0 && !map.is_null()).then_some(map)
 }
 
+/// The object (its link map, as a number) whose loaded segments contain `address`, as glibc
+/// attributes addresses to objects.
+pub fn object_of(address: usize) -> Option<usize> {
+    link_map_of(address).map(|m| m as usize)
+}
+
 /// The directories glibc searches for a bare name opened by the object at `handle`, in order.
 fn search_list(handle: *mut c_void) -> Vec<CString> {
     let mut probe = SerInfo {

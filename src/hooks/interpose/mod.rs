@@ -11,6 +11,7 @@
 //! caller. Known limit: a library's constructors run inside the real `dlopen`, before its slots
 //! are patched (see `Diagnostics::constructors_before_patch`).
 
+mod as_caller;
 mod caller;
 mod entry;
 mod substitute;
@@ -21,7 +22,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-pub(crate) use substitute::{publish, substitute};
+pub(crate) use substitute::{hold_for_fork, publish, release_after_fork, substitute};
 
 use super::set::{Hook, HookSet};
 
@@ -307,7 +308,13 @@ fn lookup_as_caller(
     guarded(
         || {
             let mut found = if handle == libc::RTLD_NEXT && !symbol.is_null() {
-                next_as_caller(symbol, version, caller, &plain)
+                let real = if version.is_null() {
+                    real_dlsym() as usize
+                } else {
+                    real_dlvsym() as usize
+                };
+                as_caller::lookup(real, handle, symbol, version, caller)
+                    .unwrap_or_else(|| next_as_caller(symbol, version, caller, &plain))
             } else {
                 plain(handle)
             };
@@ -324,7 +331,10 @@ fn lookup_as_caller(
     )
 }
 
-/// `RTLD_NEXT` relative to the caller: the first object after it that defines the symbol.
+/// `RTLD_NEXT` relative to the caller, where the real lookup cannot be entered as the caller
+/// (`as_caller`): the first object after it in load order that defines the symbol. Exact for the
+/// main program, preloaded libraries and their dependencies; a library opened with `dlopen`
+/// (whose scope is its own dependency list) may get a different answer or none.
 fn next_as_caller(
     symbol: *const c_char,
     version: *const c_char,

@@ -36,9 +36,31 @@ pub fn substitute(found: usize) -> usize {
     if found == 0 {
         return 0;
     }
-    TABLE
-        .read()
-        .iter()
-        .find(|s| s.original == found)
-        .map_or(found, |s| s.replacement)
+    let table = TABLE.read();
+    // Hooks stacked on one function form a chain (each one's original is the replacement
+    // below it): hand out the top. Bounded by the table's length, so no cycle can spin.
+    let mut top = found;
+    for _ in 0..table.len() {
+        match table.iter().find(|s| s.original == top) {
+            Some(s) => top = s.replacement,
+            None => break,
+        }
+    }
+    top
+}
+
+/// Hold the table's write lock across a fork (see the engine's fork handlers), so a child never
+/// inherits it held by a thread that is gone.
+pub(crate) fn hold_for_fork() {
+    std::mem::forget(TABLE.write());
+}
+
+/// Release the lock [`hold_for_fork`] took.
+///
+/// # Safety
+/// Only after `hold_for_fork` on this thread (in a child: in the parent's forking thread).
+#[allow(unsafe_code)]
+pub(crate) unsafe fn release_after_fork() {
+    // SAFETY: the caller took the write lock with `hold_for_fork` and forgot the guard.
+    unsafe { TABLE.force_write_unlock() };
 }

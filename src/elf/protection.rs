@@ -105,6 +105,31 @@ impl ProtectionMap {
     }
 }
 
+/// Call `keep(start, end)` for each part of the `[start, end)` ranges that the kernel has
+/// readable now (a part that is unmapped ends its range). `false`, calling nothing, when the
+/// kernel query is not available: the caller then has only the program headers to go by.
+pub fn readable_parts(
+    ranges: impl Iterator<Item = (usize, usize)>,
+    mut keep: impl FnMut(usize, usize),
+) -> bool {
+    let Some(query) = MapsQuery::open() else {
+        return false;
+    };
+    for (start, end) in ranges {
+        let mut at = start;
+        while at < end {
+            let Ok((_, mapping_end, p)) = query.covering(at) else {
+                break;
+            };
+            if p.contains(Protection::READ) {
+                keep(at, mapping_end.min(end));
+            }
+            at = mapping_end;
+        }
+    }
+    true
+}
+
 fn lookup(regions: &[(usize, usize, Protection)], addr: usize) -> Option<Protection> {
     let i = regions.partition_point(|r| r.1 <= addr);
     match regions.get(i) {

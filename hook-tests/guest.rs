@@ -1,0 +1,376 @@
+//! Issue 12 in this process: a library with text relocations, and hook sets stacked on one
+//! symbol. The tests share the engine, so they run one at a time.
+
+#[macro_use]
+mod common;
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+type Call = unsafe extern "C" fn(c_int, c_int) -> c_int;
+
+fn open(name: &str, mode: c_int) -> *mut c_void {
+    let path = CString::new(common::fixtures_dir().join(name).to_str().unwrap()).unwrap();
+    // SAFETY: a fixture library built by build.rs.
+    let h = unsafe { libc::dlopen(path.as_ptr(), mode) };
+    assert!(!h.is_null(), "dlopen {name}");
+    h
+}
+
+fn function(handle: *mut c_void, name: &str) -> Call {
+    let name = CString::new(name).unwrap();
+    // SAFETY: fixture functions of type int(int, int).
+    unsafe {
+        let f = libc::dlsym(handle, name.as_ptr() as *const c_char);
+        assert!(!f.is_null());
+        std::mem::transmute::<*mut c_void, Call>(f)
+    }
+}
+
+/// `dlopen`, `dlclose` and `dlsym` called from a patched object (libdlcaller.so): the test
+/// program holds cuhook and is never patched, so its own loader calls are not interposed.
+struct FromLibrary {
+    open: OpenFn,
+    close: CloseFn,
+    sym: SymFn,
+}
+
+type OpenFn = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
+type CloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+type SymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+fn from_library() -> FromLibrary {
+    let caller = open("libdlcaller.so", libc::RTLD_NOW);
+    let find = |name: &std::ffi::CStr| {
+        // SAFETY: a lookup in a fixture library we hold open.
+        let f = unsafe { libc::dlsym(caller, name.as_ptr()) };
+        assert!(!f.is_null());
+        f
+    };
+    // SAFETY: the dlcaller_* functions have the types of dlopen, dlclose and dlsym.
+    unsafe {
+        FromLibrary {
+            open: std::mem::transmute::<*mut c_void, OpenFn>(find(c"dlcaller_open")),
+            close: std::mem::transmute::<*mut c_void, CloseFn>(find(c"dlcaller_close")),
+            sym: std::mem::transmute::<*mut c_void, SymFn>(find(c"dlcaller_sym")),
+        }
+    }
+}
+
+/// A hook set of one hook on the fixtures' `target_add`.
+fn target_add_set(
+    name: &str,
+    hook: extern "C" fn(c_int, c_int) -> c_int,
+    real: &'static AtomicUsize,
+) -> cuhook::hooks::HookSet {
+    cuhook::hooks::HookSet::new(
+        name,
+        vec![cuhook::hooks::Hook::new("target_add", hook as *const () as usize, real).unwrap()],
+    )
+    .unwrap()
+}
+
+/// Mappings of this process that are writable and executable at once.
+fn writable_and_executable() -> Vec<String> {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|l| {
+            let perms = l.split_whitespace().nth(1).unwrap_or("");
+            perms.contains('w') && perms.contains('x')
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Issue 12 item 13: a library whose code holds a relocated address of a hooked function
+/// (`DT_TEXTREL`) is patched where it can be (its GOT), its code is never made writable, and
+/// the calls its code makes directly are reported as not covered — in the diagnostics, the exit
+/// report's coverage warnings and the log — rather than silently missed.
+#[cfg(target_arch = "x86_64")] // the fixture's text relocation is written in x86_64 assembly
+#[test]
+fn text_relocations_are_never_patched_and_are_reported() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    counting_hook!(add, REAL_ADD, CALLS);
+
+    open("libtarget.so", libc::RTLD_NOW | libc::RTLD_GLOBAL);
+    let lib = open("libtextrel.so", libc::RTLD_NOW);
+    let (plt, text) = (
+        function(lib, "textrel_through_plt"),
+        function(lib, "textrel_through_text"),
+    );
+    let set = target_add_set("textrel", add, &REAL_ADD);
+    let installed = cuhook::hooks::install(&set).unwrap();
+    let wx = writable_and_executable();
+    let before = CALLS.load(Ordering::Relaxed);
+    // SAFETY: fixture functions of type int(int, int).
+    let (a, b) = unsafe { (plt(2, 3), text(4, 5)) };
+    let seen = CALLS.load(Ordering::Relaxed) - before;
+    let diag = cuhook::hooks::diagnostics().to_string();
+    let report = cuhook::report::render();
+    installed.uninstall().unwrap();
+
+    assert_eq!((a, b), (5, 9), "results changed");
+    assert!(wx.is_empty(), "pages made writable and executable: {wx:?}");
+    assert!(seen >= 1, "the PLT call was not hooked");
+    let line = diag
+        .lines()
+        .find(|l| l.starts_with("text_relocations ") && l.contains("libtextrel.so"));
+    assert!(line.is_some(), "no text_relocations finding:\n{diag}");
+    assert!(
+        report.lines().any(|l| l.trim_start().starts_with("- ")
+            && l.contains("libtextrel.so")
+            && l.contains("text relocation")),
+        "no coverage warning in the report:\n{report}"
+    );
+}
+
+/// Issue 12 item 9: two hook sets on one symbol. Each order of installing and uninstalling
+/// must leave a chain that runs every installed hook once (the later set first), and, when
+/// both are gone, the original alone — from a caller whose slot is patched and through dlsym.
+#[test]
+fn stacked_hook_sets_unstack_in_any_order() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    static REAL_A: AtomicUsize = AtomicUsize::new(0);
+    static REAL_B: AtomicUsize = AtomicUsize::new(0);
+    static CALLS_A: AtomicUsize = AtomicUsize::new(0);
+    static CALLS_B: AtomicUsize = AtomicUsize::new(0);
+    counting_hook!(hook_a, REAL_A, CALLS_A);
+    counting_hook!(hook_b, REAL_B, CALLS_B);
+
+    open("libtarget.so", libc::RTLD_NOW | libc::RTLD_GLOBAL);
+    let plugin = open("libplugin.so", libc::RTLD_NOW);
+    let through_slot = function(plugin, "plugin_call");
+    // dlsym called from a patched object (the test program holds cuhook and is never patched).
+    let FromLibrary {
+        open: dlopen_from_library,
+        close: dlclose_from_library,
+        sym: dlsym_from_library,
+    } = from_library();
+    let lookup = |name: &std::ffi::CStr| {
+        // SAFETY: a lookup in the global scope; target_add has type int(int, int).
+        let f = unsafe { dlsym_from_library(libc::RTLD_DEFAULT, name.as_ptr()) };
+        assert!(!f.is_null());
+        // SAFETY: as above.
+        unsafe { std::mem::transmute::<*mut c_void, Call>(f) }
+    };
+    let a = target_add_set("stack-a", hook_a, &REAL_A);
+    let b = target_add_set("stack-b", hook_b, &REAL_B);
+    // (calls of A, calls of B) for one call through the plugin's slot and one through dlsym.
+    let calls = || {
+        let (a0, b0) = (
+            CALLS_A.load(Ordering::Relaxed),
+            CALLS_B.load(Ordering::Relaxed),
+        );
+        // SAFETY: fixture function of type int(int, int).
+        assert_eq!(unsafe { through_slot(20, 22) }, 42, "result changed");
+        let slot = (
+            CALLS_A.load(Ordering::Relaxed) - a0,
+            CALLS_B.load(Ordering::Relaxed) - b0,
+        );
+        let (a0, b0) = (
+            CALLS_A.load(Ordering::Relaxed),
+            CALLS_B.load(Ordering::Relaxed),
+        );
+        let looked_up = lookup(c"target_add");
+        // SAFETY: as above.
+        assert_eq!(unsafe { looked_up(1, 2) }, 3, "result changed");
+        let lookup = (
+            CALLS_A.load(Ordering::Relaxed) - a0,
+            CALLS_B.load(Ordering::Relaxed) - b0,
+        );
+        (slot, lookup)
+    };
+    for (round, a_first_out) in [true, false, true, false].into_iter().enumerate() {
+        let ia = cuhook::hooks::install(&a).unwrap();
+        assert_eq!(calls(), ((1, 0), (1, 0)), "round {round}: A alone");
+        let ib = cuhook::hooks::install(&b).unwrap();
+        assert_eq!(calls(), ((1, 1), (1, 1)), "round {round}: A and B stacked");
+        // A library loaded while both are installed gets the same chain.
+        let second = CString::new(
+            common::fixtures_dir()
+                .join("libsecond.so")
+                .to_str()
+                .unwrap(),
+        );
+        // SAFETY: dlopen from a patched object, so the loader interposer sees it.
+        let late = unsafe { dlopen_from_library(second.unwrap().as_ptr(), libc::RTLD_NOW) };
+        assert!(!late.is_null());
+        let (a0, b0) = (
+            CALLS_A.load(Ordering::Relaxed),
+            CALLS_B.load(Ordering::Relaxed),
+        );
+        // SAFETY: fixture function of type int(int, int).
+        assert_eq!(unsafe { function(late, "second_call")(2, 2) }, 4);
+        let seen = (
+            CALLS_A.load(Ordering::Relaxed) - a0,
+            CALLS_B.load(Ordering::Relaxed) - b0,
+        );
+        assert_eq!(seen, (1, 1), "round {round}: library loaded while stacked");
+        // SAFETY: our own handle, closed from a patched object.
+        assert_eq!(unsafe { dlclose_from_library(late) }, 0);
+        if a_first_out {
+            ia.uninstall().unwrap();
+            assert_eq!(calls(), ((0, 1), (0, 1)), "round {round}: B after A left");
+            ib.uninstall().unwrap();
+        } else {
+            ib.uninstall().unwrap();
+            assert_eq!(calls(), ((1, 0), (1, 0)), "round {round}: A after B left");
+            ia.uninstall().unwrap();
+        }
+        assert_eq!(
+            calls(),
+            ((0, 0), (0, 0)),
+            "round {round}: the original alone"
+        );
+    }
+}
+
+/// Issue 12 item 6: a fork while another thread is inside an engine operation. The child must
+/// be able to run engine operations (a rescan, a dlopen that patches) at once: before, it
+/// inherited the patch lock held by a thread that does not exist there, so a rescan spun forever
+/// and a dlopen waited out its patience.
+#[test]
+fn a_child_forked_during_an_engine_operation_can_use_the_engine() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    counting_hook!(add, REAL_ADD, CALLS);
+    static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    open("libtarget.so", libc::RTLD_NOW | libc::RTLD_GLOBAL);
+    let dlopen_from_library = from_library().open;
+    let plugin = CString::new(
+        common::fixtures_dir()
+            .join("libplugin.so")
+            .to_str()
+            .unwrap(),
+    )
+    .unwrap();
+    STOP.store(false, Ordering::Relaxed);
+    let toggler = std::thread::spawn(|| {
+        let set = target_add_set("fork-toggle", add, &REAL_ADD);
+        let mut rounds = 0u64;
+        while !STOP.load(Ordering::Relaxed) {
+            if let Ok(i) = cuhook::hooks::install(&set) {
+                let _ = i.uninstall();
+            }
+            rounds += 1;
+        }
+        rounds
+    });
+    let forks = std::env::var("CUHOOK_FORKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let (mut hung, mut failed) = (0, 0);
+    for _ in 0..forks {
+        // SAFETY: the child only calls into cuhook and the loader, then _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let start = std::time::Instant::now();
+            let scanned = cuhook::hooks::rescan(None).is_ok();
+            // SAFETY: a fixture library, opened from a patched object.
+            let h = unsafe { dlopen_from_library(plugin.as_ptr(), libc::RTLD_NOW) };
+            let quick = start.elapsed() < std::time::Duration::from_millis(1500);
+            // SAFETY: ends the child without running the parent's exit handlers.
+            unsafe {
+                libc::_exit(if scanned && !h.is_null() && quick {
+                    0
+                } else {
+                    1
+                })
+            };
+        }
+        assert!(pid > 0, "fork failed");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut status = 0;
+        loop {
+            // SAFETY: our own child.
+            let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if rc == pid {
+                failed += !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) as u32;
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                hung += 1;
+                // SAFETY: our own child, then reaped.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    STOP.store(true, Ordering::Relaxed);
+    let rounds = toggler.join().unwrap();
+    assert!(rounds > 0);
+    assert_eq!(
+        (hung, failed),
+        (0, 0),
+        "of {forks} children: hung, slow or failed"
+    );
+}
+
+/// Issue 12 item 3: a library that made its own symbol-table page unreadable. Installing (in a
+/// child process, so that a crash is a failed check) must not fault: the readers trust the
+/// page's real protection, not the segment's flags, and leave that library unread.
+#[test]
+fn a_library_with_an_unreadable_symbol_table_is_left_unread() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    counting_hook!(add, REAL_ADD, CALLS);
+    let kernel_query = cuhook::elf::ProtectionMap::for_addresses(std::iter::empty())
+        .is_ok_and(|m| m.uses_kernel_query());
+    if !kernel_query {
+        // The documented limit: without PROCMAP_QUERY the readers trust the segment flags.
+        eprintln!("skipped: this kernel has no PROCMAP_QUERY (Linux >= 6.11)");
+        return;
+    }
+
+    open("libtarget.so", libc::RTLD_NOW | libc::RTLD_GLOBAL);
+    // SAFETY: the child only installs, uninstalls and _exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // Not looked up with dlsym: glibc's own lookup would fault on the hidden table.
+        open("libhide_symbols.so", libc::RTLD_NOW | libc::RTLD_LOCAL);
+        let plugin = function(
+            open("libplugin.so", libc::RTLD_NOW | libc::RTLD_LOCAL),
+            "plugin_call",
+        );
+        let set = target_add_set("hidden", add, &REAL_ADD);
+        let ok = match cuhook::hooks::install(&set) {
+            Ok(i) => {
+                let before = CALLS.load(Ordering::Relaxed);
+                // SAFETY: fixture function of type int(int, int).
+                let result = unsafe { plugin(3, 4) };
+                let hooked = CALLS.load(Ordering::Relaxed) == before + 1;
+                result == 7 && hooked && i.uninstall().is_ok()
+            }
+            Err(_) => false,
+        };
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    assert!(pid > 0);
+    let mut status = 0;
+    // SAFETY: our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "install with an unreadable symbol table: wait status {status:#x} (signal {})",
+        if libc::WIFSIGNALED(status) {
+            libc::WTERMSIG(status)
+        } else {
+            0
+        }
+    );
+}
