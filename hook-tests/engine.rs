@@ -9,6 +9,16 @@ use common::run_fixture;
 /// The link modes of the fixture apps.
 const MODES: [&str; 4] = ["app_lazy", "app_now", "app_noplt", "app_nopie"];
 
+/// [`MODES`], and on aarch64 the app and libraries built with BTI + PAC (BTI-marked: guarded
+/// pages, hook-tests/bti.rs proves it), so every scenario also runs under branch protection.
+fn modes() -> Vec<&'static str> {
+    let mut m = MODES.to_vec();
+    if cfg!(target_arch = "aarch64") {
+        m.push("bti/app_bti");
+    }
+    m
+}
+
 /// The call paths every `paths` run checks in each phase.
 const PATHS: [&str; 11] = [
     "direct_add",
@@ -162,12 +172,31 @@ fn paths_non_pie() {
     );
 }
 
+/// Branch protection (aarch64): the lazy-binding matrix's slots, in BTI-guarded code.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn paths_branch_protected() {
+    let s = check_paths("bti/app_bti");
+    for (kind, symbol, object) in [
+        ("JUMP_SLOT", "target_add", "<main program>"),
+        ("JUMP_SLOT", "target_add", "libcaller_bti"),
+        ("GLOB_DAT", "target_mul", "libcaller_bti"),
+        ("ABS64", "target_add", "libcaller_bti"),
+        ("JUMP_SLOT", "getpid", "<main program>"),
+    ] {
+        assert!(
+            has_slot(&s, kind, symbol, object),
+            "{kind} {symbol} {object}: {s:?}"
+        );
+    }
+}
+
 macro_rules! scenario_tests {
     ($($test:ident: $scenario:literal => [$($check:literal),*];)*) => {
         $(
             #[test]
             fn $test() {
-                for app in MODES {
+                for app in modes() {
                     let run = run_fixture(app, &[$scenario], &[]);
                     run.assert_passed(&[$($check),*]);
                 }
