@@ -58,9 +58,15 @@ SECONDS=0
 cargo test --release --target "$target"
 echo "== aarch64, 4 KiB pages: ${SECONDS}s"
 
-# 64 KiB pages. sve=off: qemu 7.2's SVE emulation faults on glibc's SVE memcpy reading the tail
-# of a 64 KiB guest page that a 4 KiB host maps only in part (docs/architecture.md, "aarch64").
+# 64 KiB pages, as many GH200 kernels have. qemu 7.2's 64 KiB guest pages on a 4 KiB host break
+# the part of a file mapping past the end of the file inside a guest page (docs/architecture.md,
+# "aarch64"): SVE loads fault there (sve=off), system calls get EFAULT there (so no LD_PRELOAD
+# test: ld.so's copy of the path can land there), /proc/self/maps omits it (the four engine tests
+# whose GOT slots lie there). The rest of the engine matrix, the BTI control and the unit tests run.
 echo "== aarch64, 64 KiB pages (QEMU_PAGESIZE=65536, QEMU_CPU=max,sve=off)"
 SECONDS=0
-QEMU_PAGESIZE=65536 QEMU_CPU=max,sve=off cargo test --release --target "$target"
+QEMU_PAGESIZE=65536 QEMU_CPU=max,sve=off CUHOOK_EXPECT_PAGE_SIZE=65536 \
+    cargo test --release --target "$target" --lib --test relocs --test bti --test engine -- \
+    --skip paths_lazy_binding --skip paths_non_pie --skip paths_branch_protected \
+    --skip install_twice_and_reinstall
 echo "== aarch64, 64 KiB pages: ${SECONDS}s"
