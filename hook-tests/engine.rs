@@ -172,6 +172,23 @@ fn paths_non_pie() {
     );
 }
 
+/// The page size the engine's protection changes round with (`region`'s) is the system's. CI's
+/// 64 KiB run says which it must be (`CUHOOK_EXPECT_PAGE_SIZE`), so the engine tests of that run
+/// cannot pass on 4 KiB pages unnoticed.
+#[test]
+fn page_size_is_the_systems() {
+    // SAFETY: sysconf has no preconditions.
+    let system = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    assert_eq!(region::page::size(), system);
+    if let Ok(want) = std::env::var("CUHOOK_EXPECT_PAGE_SIZE") {
+        assert_eq!(
+            system.to_string(),
+            want,
+            "not the page size this run is for"
+        );
+    }
+}
+
 /// Branch protection (aarch64): the lazy-binding matrix's slots, in BTI-guarded code.
 #[cfg(target_arch = "aarch64")]
 #[test]
