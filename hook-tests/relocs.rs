@@ -163,7 +163,7 @@ impl Object {
     }
 
     fn index(&self) -> ObjectIndex {
-        ObjectIndex::build(self.loaded.clone(), &|_| true).expect("index the synthetic object")
+        ObjectIndex::build(self.loaded.clone(), None).expect("index the synthetic object")
     }
 
     /// (slot number, kind) of every indexed slot of `symbol`, in slot order.

@@ -14,3 +14,6 @@ pub use protection::{letters, ProtectionMap};
 pub use slot::{
     compare_and_write, compare_and_write_raw, read_slot, LeftWritable, SlotWrite, WriteFailure,
 };
+
+#[cfg(test)]
+mod tests;
