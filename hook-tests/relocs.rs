@@ -33,11 +33,13 @@ const DT_RELSZ: u64 = 18;
 const DT_RELENT: u64 = 19;
 const DT_PLTREL: u64 = 20;
 const DT_JMPREL: u64 = 23;
+const DT_GNU_HASH: u64 = 0x6fff_fef5;
 
 /// Where things lie in the synthetic object.
 const DYNAMIC: usize = 0x100;
 const SYMTAB: usize = 0x300;
 const STRTAB: usize = 0x400;
+const GNU_HASH: usize = 0x4c0;
 const TABLES: usize = 0x500;
 const SLOTS: usize = 0xc00;
 const SIZE: usize = 0x1000;
@@ -78,6 +80,11 @@ impl Object {
             names.push(0);
         }
         put(&mut img, STRTAB, &names);
+        // A GNU hash table that hashes no symbol, with symoffset 1: what aarch64's GNU ld writes
+        // for an executable that exports nothing (one bucket, one bloom word, all zero).
+        for (i, word) in [1u32, 1, 1, 0].iter().enumerate() {
+            put(&mut img, GNU_HASH + 4 * i, &word.to_le_bytes());
+        }
         // The tables, one after the other.
         let mut at = TABLES;
         let mut table = |img: &mut Vec<u8>, format: &Format, relocs: &[Reloc]| -> (usize, usize) {
@@ -98,6 +105,7 @@ impl Object {
             (DT_SYMENT, 24),
             (DT_STRTAB, STRTAB as u64),
             (DT_STRSZ, names.len() as u64),
+            (DT_GNU_HASH, GNU_HASH as u64),
         ];
         if !rel.is_empty() {
             let (addr, size) = table(&mut img, &Format::Rel, rel);
@@ -239,4 +247,31 @@ fn rela_tables_take_abs64_only_with_a_zero_addend() {
         [(5, RelocKind::GlobDat)],
         "the other machine's ABS64 is not indexed"
     );
+}
+
+/// Looking imports up by name goes through the hash table; one that hashes nothing (an executable
+/// exporting no symbol) must not hide them, whatever its `symoffset` says (aarch64's GNU ld: 1).
+#[test]
+fn imports_are_found_by_name_when_the_gnu_hash_table_hashes_nothing() {
+    let (native, _) = TYPES;
+    let obj = Object::new(
+        &[],
+        &[Reloc(0, 1, native[GLOB_DAT], 0)],
+        (
+            Format::Rela,
+            &[
+                Reloc(1, 1, native[JUMP_SLOT], 0),
+                Reloc(2, 4, native[JUMP_SLOT], 0),
+                Reloc(3, 2, native[JUMP_SLOT], 0),
+            ],
+        ),
+    );
+    let wanted = [b"cuMemAlloc_v2".to_vec(), b"cuMemcpy".to_vec()];
+    let index = ObjectIndex::build(obj.loaded.clone(), Some(&wanted)).expect("index by name");
+    assert_eq!(
+        obj.slots(&index, "cuMemAlloc_v2"),
+        [(0, RelocKind::GlobDat), (1, RelocKind::JumpSlot)]
+    );
+    assert_eq!(obj.slots(&index, "cuMemcpy"), [(2, RelocKind::JumpSlot)]);
+    assert_eq!(index.len(), 3, "only the names asked for");
 }
