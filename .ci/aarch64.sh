@@ -61,7 +61,7 @@ echo "== aarch64, 4 KiB pages: ${SECONDS}s"
 # 64 KiB pages, as many GH200 kernels have. qemu 7.2's 64 KiB guest pages on a 4 KiB host break
 # the part of a file mapping past the end of the file inside a guest page (docs/architecture.md,
 # "aarch64"): SVE loads fault there (sve=off), system calls get EFAULT there (so no LD_PRELOAD
-# test: ld.so's copy of the path can land there), /proc/self/maps omits it (the four engine tests
+# test: ld.so's copy of the path can land there), /proc/self/maps omits it (the engine tests
 # whose GOT slots lie there, and the unit test comparing protections with the maps text). The
 # rest of the engine matrix, the BTI control and the unit tests run.
 echo "== aarch64, 64 KiB pages (QEMU_PAGESIZE=65536, QEMU_CPU=max,sve=off)"
@@ -69,5 +69,6 @@ SECONDS=0
 QEMU_PAGESIZE=65536 QEMU_CPU=max,sve=off CUHOOK_EXPECT_PAGE_SIZE=65536 \
     cargo test --release --target "$target" --lib --test relocs --test bti --test engine -- \
     --skip paths_lazy_binding --skip paths_non_pie --skip paths_branch_protected \
-    --skip install_twice_and_reinstall --skip kernel_query_agrees_with_the_maps_text
+    --skip install_twice_and_reinstall --skip page_protected_by_the_program_is_seen_and_kept \
+    --skip kernel_query_agrees_with_the_maps_text
 echo "== aarch64, 64 KiB pages: ${SECONDS}s"
