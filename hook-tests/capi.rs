@@ -17,7 +17,7 @@ fn build_in(source: &str, dir: &std::path::Path) -> PathBuf {
         source.trim_end_matches(".c"),
         std::process::id()
     ));
-    let status = Command::new("cc")
+    let status = cuhook_fixtures::cc()
         .args(["-O1", "-Wall", "-Wextra", "-Werror", "-o"])
         .arg(&exe)
         .arg(root.join("fixtures/capi").join(source))

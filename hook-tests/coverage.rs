@@ -414,3 +414,31 @@ fn late_install_free_sized_up_front() {
         "late_free_context_restored",
     ]);
 }
+
+/// Branch protection (aarch64): every driver-app path of the matrix again, with the app and the
+/// fake driver built with BTI + PAC and BTI-marked, so their pages are guarded (hook-tests/bti.rs
+/// proves the guard is enforced here). The hooks call the driver through pointers: its entry
+/// points must be landing pads, and the app's calls into libcuhook.so must come back intact.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn driver_paths_under_branch_protection() {
+    let mut failures = Vec::new();
+    for path in PATHS.iter().filter(|p| p.program == "app_cov_drv_lazy") {
+        let run = run_fixture("bti/app_cov_drv_bti", path.args, &[]);
+        if !run.status.success() || !run.stdout.contains("subscribed") {
+            failures.push(format!(
+                "{}: exit {:?}\n{}\n{}",
+                path.column, run.status, run.stdout, run.stderr
+            ));
+            continue;
+        }
+        let verdicts = judge(&run, path);
+        assert!(!verdicts.is_empty(), "{}: no calls judged", path.column);
+        for (symbol, problem) in verdicts {
+            if let Some(p) = problem {
+                failures.push(format!("{} × {symbol}: {p}", path.column));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

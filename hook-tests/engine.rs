@@ -9,6 +9,16 @@ use common::run_fixture;
 /// The link modes of the fixture apps.
 const MODES: [&str; 4] = ["app_lazy", "app_now", "app_noplt", "app_nopie"];
 
+/// [`MODES`], and on aarch64 the app and libraries built with BTI + PAC (BTI-marked: guarded
+/// pages, hook-tests/bti.rs proves it), so every scenario also runs under branch protection.
+fn modes() -> Vec<&'static str> {
+    let mut m = MODES.to_vec();
+    if cfg!(target_arch = "aarch64") {
+        m.push("bti/app_bti");
+    }
+    m
+}
+
 /// The call paths every `paths` run checks in each phase.
 const PATHS: [&str; 11] = [
     "direct_add",
@@ -128,10 +138,14 @@ fn paths_full_relro() {
 #[test]
 fn paths_no_plt() {
     let s = check_paths("app_noplt");
-    assert!(
-        s.iter().all(|(k, _, _)| k != "JUMP_SLOT"),
-        "-fno-plt objects have no JUMP_SLOT: {s:?}"
-    );
+    // On aarch64 both GNU linkers give an imported function that a data table points at
+    // (R_AARCH64_ABS64) a PLT entry and JUMP_SLOT that no code calls; x86-64 linkers do not.
+    if cfg!(target_arch = "x86_64") {
+        assert!(
+            s.iter().all(|(k, _, _)| k != "JUMP_SLOT"),
+            "-fno-plt objects have no JUMP_SLOT: {s:?}"
+        );
+    }
     assert!(
         has_slot(&s, "GLOB_DAT", "target_add", "<main program>"),
         "{s:?}"
@@ -158,12 +172,48 @@ fn paths_non_pie() {
     );
 }
 
+/// The page size the engine's protection changes round with (`region`'s) is the system's. CI's
+/// 64 KiB run says which it must be (`CUHOOK_EXPECT_PAGE_SIZE`), so the engine tests of that run
+/// cannot pass on 4 KiB pages unnoticed.
+#[test]
+fn page_size_is_the_systems() {
+    // SAFETY: sysconf has no preconditions.
+    let system = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    assert_eq!(region::page::size(), system);
+    if let Ok(want) = std::env::var("CUHOOK_EXPECT_PAGE_SIZE") {
+        assert_eq!(
+            system.to_string(),
+            want,
+            "not the page size this run is for"
+        );
+    }
+}
+
+/// Branch protection (aarch64): the lazy-binding matrix's slots, in BTI-guarded code.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn paths_branch_protected() {
+    let s = check_paths("bti/app_bti");
+    for (kind, symbol, object) in [
+        ("JUMP_SLOT", "target_add", "<main program>"),
+        ("JUMP_SLOT", "target_add", "libcaller_bti"),
+        ("GLOB_DAT", "target_mul", "libcaller_bti"),
+        ("ABS64", "target_add", "libcaller_bti"),
+        ("JUMP_SLOT", "getpid", "<main program>"),
+    ] {
+        assert!(
+            has_slot(&s, kind, symbol, object),
+            "{kind} {symbol} {object}: {s:?}"
+        );
+    }
+}
+
 macro_rules! scenario_tests {
     ($($test:ident: $scenario:literal => [$($check:literal),*];)*) => {
         $(
             #[test]
             fn $test() {
-                for app in MODES {
+                for app in modes() {
                     let run = run_fixture(app, &[$scenario], &[]);
                     run.assert_passed(&[$($check),*]);
                 }

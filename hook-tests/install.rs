@@ -20,13 +20,13 @@ fn readelf_dynamic(file: &Path) -> String {
 fn build_hello(pc_dir: &Path, sysroot: Option<&Path>, exe: &Path) -> Vec<String> {
     let flags = common::pkg_config_flags(pc_dir, sysroot);
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/install/hello.c");
-    let status = Command::new("cc")
+    let status = cuhook_fixtures::cc()
         .arg(&src)
         .args(&flags)
         .arg("-o")
         .arg(exe)
         .status()
-        .expect("run cc");
+        .expect("run the C compiler");
     assert!(status.success(), "cc hello.c {flags:?} failed");
     flags
 }

@@ -95,8 +95,8 @@ pub(crate) fn wanted_indexes(
     };
     let mut found = Vec::new();
     if let Some(at) = t.gnu_hash {
-        let symoffset = img.read::<u32>(at + 4)?;
-        for index in 1..(symoffset as usize).min(MAX_CHAIN) {
+        let unhashed = unhashed_symbols(img, t, at)?;
+        for index in 1..unhashed.min(MAX_CHAIN) {
             if is_wanted(index) {
                 found.push(index as u32);
             }
@@ -129,6 +129,38 @@ pub(crate) fn wanted_indexes(
     found.sort_unstable();
     found.dedup();
     Some(found)
+}
+
+/// How many symbols precede the hashed ones of a GNU hash table at `at`: the imports are among
+/// them. Normally `symoffset`; but a table that hashes no symbol at all (an executable that
+/// exports nothing) leaves `symoffset` meaningless, and aarch64's GNU ld writes 1 there (x86-64's
+/// writes the symbol count): then every symbol is unhashed, and their count is bounded by where
+/// `.dynstr` starts (it follows `.dynsym` in GNU ld's and gold's layout; a bound too large only
+/// reads more names) or by a SysV table's `nchain`.
+fn unhashed_symbols(img: &Image<'_>, t: &DynamicTables, at: usize) -> Option<usize> {
+    let (nbuckets, symoffset, bloom_size) = (
+        img.read::<u32>(at)?,
+        img.read::<u32>(at + 4)?,
+        img.read::<u32>(at + 8)?,
+    );
+    let buckets = at + 16 + bloom_size as usize * 8;
+    let hashes_any =
+        (0..nbuckets as usize).any(|i| img.read::<u32>(buckets + i * 4).is_some_and(|b| b != 0));
+    if hashes_any {
+        return Some(symoffset as usize);
+    }
+    let from_sysv = t
+        .hash
+        .and_then(|h| img.read::<u32>(h + 4))
+        .map(|n| n as usize);
+    let from_layout =
+        (t.strtab > t.symtab && t.syment > 0).then(|| (t.strtab - t.symtab) / t.syment);
+    Some(
+        from_sysv
+            .or(from_layout)
+            .unwrap_or(0)
+            .max(symoffset as usize),
+    )
 }
 
 fn lookup_gnu(img: &Image<'_>, at: usize, name: &[u8], matches: impl Fn(usize) -> bool) -> bool {
@@ -225,7 +257,13 @@ mod tests {
             .find(|o| o.name.contains("libc.so"))
             .expect("libc loaded");
         assert!(defines(libc, "getpid", None));
-        assert!(defines(libc, "getpid", Some("GLIBC_2.2.5")));
+        // The oldest symbol version glibc has on each architecture.
+        let base_version = if cfg!(target_arch = "aarch64") {
+            "GLIBC_2.17"
+        } else {
+            "GLIBC_2.2.5"
+        };
+        assert!(defines(libc, "getpid", Some(base_version)));
         assert!(!defines(libc, "getpid", Some("NO_SUCH_VERSION")));
         assert!(!defines(libc, "cuhook_no_such_symbol", None));
         // The main program imports getpid-like symbols but defines none of libc's.

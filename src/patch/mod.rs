@@ -13,3 +13,6 @@ pub use journal::{Journal, JournalEntry};
 pub use slot::{
     compare_and_write, compare_and_write_raw, read_slot, LeftWritable, SlotWrite, WriteFailure,
 };
+
+#[cfg(test)]
+mod tests;

@@ -123,13 +123,22 @@ pub unsafe fn compare_and_write_raw(
     if protection.contains(Protection::EXECUTE) {
         return Err(WriteFailure::Executable);
     }
-    let page = address & !(region::page::size() - 1);
+    let size = region::page::size();
+    let page = page_start(address, size);
     // SAFETY: the page belongs to a mapped object (caller's guarantee); we add only WRITE.
-    unsafe { region::protect(page as *const u8, 1, protection | Protection::WRITE) }
+    unsafe { region::protect(page as *const u8, size, protection | Protection::WRITE) }
         .map_err(|e| WriteFailure::Protect(errno_of(&e)))?;
     let outcome = swap();
     // SAFETY: restores exactly the protection the page had before.
-    let restored = unsafe { region::protect(page as *const u8, 1, protection) }
+    let restored = unsafe { region::protect(page as *const u8, size, protection) }
         .map_err(|e| LeftWritable(errno_of(&e)));
     Ok((outcome, restored))
+}
+
+/// The start of the page of `page_size` bytes (a power of two) that holds `address`. Writers pass
+/// the system's page size (`region`'s, from `sysconf`): 4 KiB on x86-64, 4, 16 or 64 KiB on
+/// aarch64 kernels; never a constant.
+pub(crate) fn page_start(address: usize, page_size: usize) -> usize {
+    debug_assert!(page_size.is_power_of_two());
+    address & !(page_size - 1)
 }

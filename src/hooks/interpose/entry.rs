@@ -5,6 +5,11 @@
 //! address of the `dlopen`/`dlsym` call; once our interposer sits in between, that address is
 //! ours. Reading it before any prologue runs is the only reliable way to know the real caller.
 //!
+//! Each entry begins with the indirect-branch landing pad of its architecture (`endbr64`,
+//! `bti c`: a no-op where the feature is off), since callers reach it through a GOT slot or a
+//! `dlsym`'d pointer; `x30` is passed on untouched, so a PAC-signed caller authenticates its own
+//! return address as usual.
+//!
 //! # Safety
 //! Each entry only loads the return address (at `[rsp]` on x86_64, in `x30` on aarch64) into
 //! the first unused argument register and jumps, so the stack and the callee-saved registers are
@@ -23,7 +28,7 @@ macro_rules! entry {
             #[cfg(target_arch = "x86_64")]
             core::arch::naked_asm!("endbr64", concat!("mov ", $x86_reg, ", [rsp]"), "jmp {t}", t = sym $target);
             #[cfg(target_arch = "aarch64")]
-            core::arch::naked_asm!(concat!("mov ", $arm_reg, ", x30"), "b {t}", t = sym $target);
+            core::arch::naked_asm!("bti c", concat!("mov ", $arm_reg, ", x30"), "b {t}", t = sym $target);
         }
     };
 }
