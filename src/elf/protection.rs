@@ -400,7 +400,28 @@ mod tests {
     #[test]
     fn kept_descriptor_is_checked_before_each_batch() {
         let _serial = serial();
-        let probe = kept_descriptor_is_checked_before_each_batch as *const () as usize;
+        // The check closes and replaces the process-wide descriptor while other tests of this
+        // process read objects through it, so it runs in a child of its own (the module keeps
+        // only atomics, no lock a vanished thread could hold).
+        // SAFETY: the child runs the check and leaves with _exit, never returning.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0);
+            if pid == 0 {
+                let ok = std::panic::catch_unwind(descriptor_swap_check).is_ok();
+                libc::_exit(if ok { 0 } else { 1 });
+            }
+            let mut status = 0;
+            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "the descriptor checks failed in the child (its panic is printed above)"
+            );
+        }
+    }
+
+    fn descriptor_swap_check() {
+        let probe = descriptor_swap_check as *const () as usize;
         let first = ProtectionMap::for_addresses(std::iter::once(probe)).unwrap();
         if !first.uses_kernel_query() {
             return;
