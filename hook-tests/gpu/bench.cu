@@ -186,10 +186,12 @@ static void toggle(int rounds) {
         printf("toggle: install failed\n");
         return;
     }
+    int installed = 1;
     for (int r = 0; r < rounds; r++) {
         for (int mode = 0; mode < 2; mode++) {
             int on = (r + mode) % 2;  // alternate which mode goes first
-            int rc = on ? cuhook.cuda_install() : cuhook.cuda_uninstall();
+            int rc = on == installed ? 0 : on ? cuhook.cuda_install() : cuhook.cuda_uninstall();
+            installed = on;
             if (rc) {
                 printf("toggle: %s failed: %d\n", on ? "install" : "uninstall", rc);
                 return;
