@@ -40,9 +40,12 @@ static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
 static REAL_DLVSYM: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
-    /// Depth of interposed `dlopen`/`dlmopen` calls on this thread: only the outermost one
-    /// scans (a constructor's nested dlopen is covered by it).
-    static OPEN_DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// Depth of interposed `dlopen`/`dlmopen`/`dlclose` calls on this thread. A nested call
+    /// comes from a constructor or destructor, which the loader runs holding its lock: waiting
+    /// there for the engine could wait out the patience while the running operation waits for
+    /// that very lock (issue 12 item 10). So only the outermost call scans, after the real call
+    /// has returned and released the lock, and its scan covers what the nested ones did.
+    static LOADER_DEPTH: Cell<u32> = const { Cell::new(0) };
 }
 
 /// The loader hook set.
@@ -188,7 +191,7 @@ struct DepthGuard(u32);
 
 impl DepthGuard {
     fn enter() -> DepthGuard {
-        DepthGuard(OPEN_DEPTH.with(|d| {
+        DepthGuard(LOADER_DEPTH.with(|d| {
             d.set(d.get() + 1);
             d.get()
         }))
@@ -197,7 +200,7 @@ impl DepthGuard {
 
 impl Drop for DepthGuard {
     fn drop(&mut self) {
-        OPEN_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        LOADER_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
     }
 }
 
@@ -260,12 +263,13 @@ pub(super) extern "C" fn dlmopen_from(
     open_and_patch(caller, file, lmid, &open)
 }
 
-/// `dlclose`: close, then forget objects that are really gone.
+/// `dlclose`: close, then forget objects that are really gone (outermost call only).
 pub(super) extern "C" fn dlclose_from(handle: *mut c_void, _caller: usize) -> c_int {
+    let depth = DepthGuard::enter();
     // SAFETY: the real dlclose with the caller's own handle.
     #[allow(unsafe_code)]
     let rc = unsafe { real_dlclose()(handle) };
-    if rc == 0 {
+    if rc == 0 && depth.0 == 1 {
         let _ = catch_unwind(|| super::engine::rescan_closed(handle, Some(PATIENCE)));
     }
     rc
