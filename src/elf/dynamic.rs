@@ -12,7 +12,6 @@ use libc::PT_DYNAMIC;
 
 use super::image::Image;
 use super::snapshot::LoadedObject;
-use crate::{Error, Result};
 
 /// A relocation table: address, size in bytes, entry size, and whether entries carry addends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,8 +32,8 @@ pub struct DynamicTables {
     pub versym: Option<usize>,
     pub verneed: Option<(usize, usize)>,
     pub verdef: Option<(usize, usize)>,
-    /// `DT_RELA`/`DT_REL` and `DT_JMPREL`, in that order; either may be absent.
-    pub relocs: Vec<RelocTable>,
+    /// `DT_RELA`, `DT_REL` and `DT_JMPREL`, in that order; any may be absent.
+    pub relocs: RelocTables,
     /// `DT_GNU_HASH` and `DT_HASH`: how defined symbols are found by name.
     pub gnu_hash: Option<usize>,
     pub hash: Option<usize>,
@@ -44,6 +43,31 @@ pub struct DynamicTables {
     /// `DT_FLAGS`).
     pub text_relocations: bool,
 }
+
+/// The relocation tables of one object (at most three), held inline: the dynamic section is
+/// read inside walks of the loader's list, where nothing may allocate.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RelocTables {
+    tables: [Option<RelocTable>; 3],
+}
+
+impl RelocTables {
+    fn push(&mut self, table: RelocTable) {
+        if let Some(free) = self.tables.iter_mut().find(|t| t.is_none()) {
+            *free = Some(table);
+        }
+    }
+
+    /// The tables present, in `DT_RELA`, `DT_REL`, `DT_JMPREL` order.
+    pub fn iter(&self) -> impl Iterator<Item = &RelocTable> {
+        self.tables.iter().flatten()
+    }
+}
+
+/// Why a dynamic section's tables cannot be located (a static reason: this is decided inside
+/// walks of the loader's list, where nothing may allocate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BadTables(pub &'static str);
 
 /// `Elf64_Rel` (goblin's is not `Copy`).
 #[repr(C)]
@@ -102,15 +126,13 @@ const MAX_DYN: usize = 4096;
 impl DynamicTables {
     /// Read the object's dynamic section. `Ok(None)`: the object has none (static executable,
     /// some vDSOs). `Err`: the section exists but its tables cannot be located.
-    pub fn read(obj: &LoadedObject) -> Result<Option<DynamicTables>> {
+    /// Allocates nothing.
+    pub fn read(obj: &LoadedObject) -> Result<Option<DynamicTables>, BadTables> {
         let Some(ph) = obj.phdr(PT_DYNAMIC) else {
             return Ok(None);
         };
         let img = Image::new(obj);
-        let bad = |reason| Error::BadObject {
-            object: obj.display_name().to_owned(),
-            reason,
-        };
+        let bad = BadTables;
         let dyn_addr = obj.base.wrapping_add(ph.p_vaddr as usize);
         let mut t = DynamicTables {
             syment: std::mem::size_of::<goblin::elf64::sym::Sym>(),
@@ -156,7 +178,7 @@ impl DynamicTables {
                 _ => {}
             }
         }
-        let fix = |v: Option<usize>, what| -> Result<Option<usize>> {
+        let fix = |v: Option<usize>, what| -> Result<Option<usize>, BadTables> {
             match v {
                 None => Ok(None),
                 Some(v) => absolute(obj, v).map(Some).ok_or_else(|| bad(what)),

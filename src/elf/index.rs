@@ -11,8 +11,11 @@ use goblin::elf::section_header::SHN_UNDEF;
 use goblin::elf64::reloc::{r_sym, r_type, Rela};
 use goblin::elf64::sym::Sym;
 
-use super::dynamic::{DynamicTables, Rel, RelocTable, Verdaux, Verdef, Vernaux, Verneed};
+use super::dynamic::{
+    BadTables, DynamicTables, Rel, RelocTable, Verdaux, Verdef, Vernaux, Verneed,
+};
 use super::image::Image;
+use super::room::{extend, push, Full};
 use super::snapshot::LoadedObject;
 use super::symbols::wanted_indexes;
 use crate::Result;
@@ -106,120 +109,147 @@ impl fmt::Debug for ObjectIndex {
 /// Longest symbol or version name we accept.
 const MAX_SYMBOL: usize = 4096;
 
-impl ObjectIndex {
-    /// Read the object's relocation tables and index every hookable slot of a symbol named in
-    /// `wanted` (sorted; `None`: every symbol). Big objects have hundreds of thousands of
-    /// relocations: the wanted names are first turned into symbol indexes through the object's
-    /// hash table, so most relocations cost an integer comparison, not a string read, and an
-    /// object that imports none of them is not scanned at all.
-    pub fn build(object: Arc<LoadedObject>, wanted: Option<&[Vec<u8>]>) -> Result<ObjectIndex> {
-        let mut idx = ObjectIndex {
-            object: object.clone(),
-            has_constructors: false,
-            defines_wanted: false,
-            text_references: 0,
+/// Storage object indexes are built in. One room serves many objects in turn: each object's
+/// entries and names are appended (its [`Indexed`] part says where), and
+/// [`ObjectIndex::from_room`] copies them out afterwards. A [`IndexRoom::fixed`] room never
+/// grows (see `room.rs`): it is used inside walks of the loader's list.
+pub struct IndexRoom {
+    entries: Vec<Entry>,
+    arena: Vec<u8>,
+    /// Scratch of the object being indexed: its version names (index, string offset) and the
+    /// symbol indexes of the wanted names.
+    versions: Vec<(u16, u32)>,
+    indexes: Vec<u32>,
+    fixed: bool,
+}
+
+/// Version records kept per object in a fixed room (real objects have a few dozen).
+const ROOM_VERSIONS: usize = 1024;
+
+impl IndexRoom {
+    /// A room that grows as needed (ordinary code).
+    pub fn growable() -> IndexRoom {
+        IndexRoom {
             entries: Vec::new(),
             arena: Vec::new(),
-        };
-        let Some(tables) = DynamicTables::read(&object)? else {
-            return Ok(idx);
-        };
-        idx.has_constructors = tables.has_constructors;
-        if tables.symtab == 0 {
-            return Ok(idx);
+            versions: Vec::new(),
+            indexes: Vec::new(),
+            fixed: false,
         }
-        let img = Image::new(&object);
-        let indexes = wanted.and_then(|names| wanted_indexes(&img, &tables, names));
-        idx.defines_wanted = match &indexes {
-            Some(ix) => ix.iter().any(|&i| {
-                img.read::<Sym>(tables.symtab + i as usize * tables.syment)
-                    .is_some_and(|s| s.st_shndx as u32 != SHN_UNDEF)
-            }),
-            None => true,
-        };
-        if indexes.as_ref().is_some_and(|i| i.is_empty()) {
-            return Ok(idx);
-        }
-        let by_name = |name: &[u8]| match wanted {
-            None => true,
-            Some(names) => names.binary_search_by(|w| w.as_slice().cmp(name)).is_ok(),
-        };
-        let versions = VersionNames::read(&img, &tables);
-        for table in &tables.relocs {
-            for (offset, info, addend) in relocations(&img, table) {
-                let address = object.base.wrapping_add(offset as usize);
-                // A relocation the loader wrote into code, of any type: counted, never a slot.
-                let in_code = tables.text_relocations && in_code(&object, address);
-                let kind = RelocKind::from_type(r_type(info));
-                let sym_index = r_sym(info) as usize;
-                if sym_index == 0 || (kind.is_none() && !in_code) {
-                    continue;
-                }
-                if let Some(ix) = &indexes {
-                    if ix.binary_search(&(sym_index as u32)).is_err() {
-                        continue;
-                    }
-                }
-                let slot_kind = match kind {
-                    Some(RelocKind::Abs64) if !table.rela || addend != 0 => None,
-                    k => k,
-                };
-                if !in_code
-                    && (slot_kind.is_none()
-                        || !address.is_multiple_of(std::mem::align_of::<usize>())
-                        || !object.contains_range(address, 8))
-                {
-                    continue;
-                }
-                let Some(sym) = tables.sym_addr(sym_index).and_then(|a| img.read::<Sym>(a)) else {
-                    continue;
-                };
-                let Some(name) = tables.string(&img, sym.st_name as usize) else {
-                    continue;
-                };
-                if name.is_empty() || !by_name(name) {
-                    continue;
-                }
-                let (false, Some(kind)) = (in_code, slot_kind) else {
-                    idx.text_references += 1;
-                    continue;
-                };
-                let defined_here = sym.st_shndx as u32 != SHN_UNDEF;
-                let canonical_plt = (!defined_here && sym.st_value != 0)
-                    .then(|| object.base.wrapping_add(sym.st_value as usize));
-                let version = tables
-                    .versym_addr(sym_index)
-                    .and_then(|a| img.read::<u16>(a))
-                    .and_then(|v| versions.name_of(v & 0x7fff));
-                let name = idx.intern(name);
-                let version = version.map(|v| idx.intern(v));
-                idx.entries.push(Entry {
-                    name,
-                    version,
-                    slot: Slot {
-                        address,
-                        kind,
-                        canonical_plt,
-                    },
-                });
-            }
-        }
-        // DT_RELA may cover DT_JMPREL on some linkers: keep each slot once.
-        let arena = std::mem::take(&mut idx.arena);
-        idx.entries.sort_by(|a, b| {
-            name_of(&arena, a.name)
-                .cmp(name_of(&arena, b.name))
-                .then(a.slot.address.cmp(&b.slot.address))
-        });
-        idx.entries.dedup_by_key(|e| e.slot.address);
-        idx.arena = arena;
-        Ok(idx)
     }
 
-    fn intern(&mut self, s: &[u8]) -> (u32, u32) {
-        let off = self.arena.len() as u32;
-        self.arena.extend_from_slice(s);
-        (off, s.len() as u32)
+    /// A room that never grows: `entries` slots and `arena` bytes of names in all, for a set of
+    /// `wanted` names.
+    pub fn fixed(entries: usize, arena: usize, wanted: usize) -> IndexRoom {
+        IndexRoom {
+            entries: Vec::with_capacity(entries),
+            arena: Vec::with_capacity(arena),
+            versions: Vec::with_capacity(ROOM_VERSIONS),
+            // A name may be defined under several versions.
+            indexes: Vec::with_capacity(wanted * 4 + 64),
+            fixed: true,
+        }
+    }
+
+    /// Nothing indexed into it yet (or since [`IndexRoom::clear`]).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.arena.is_empty()
+    }
+
+    /// Forget every part, keeping the reserved storage.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.arena.clear();
+    }
+}
+
+/// One object's part of an [`IndexRoom`].
+#[derive(Debug, Clone)]
+pub struct Indexed {
+    has_constructors: bool,
+    defines_wanted: bool,
+    text_references: usize,
+    entries: std::ops::Range<usize>,
+    arena: std::ops::Range<usize>,
+}
+
+/// Why an object was not indexed into a room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexFailure {
+    /// A fixed room had no space left; nothing of the object was kept.
+    Full,
+    /// Its dynamic section cannot be read.
+    Bad(BadTables),
+}
+
+impl From<Full> for IndexFailure {
+    fn from(_: Full) -> IndexFailure {
+        IndexFailure::Full
+    }
+}
+
+impl ObjectIndex {
+    /// Read the object's relocation tables and index every hookable slot of a symbol named in
+    /// `wanted` (sorted; `None`: every symbol).
+    pub fn build(object: Arc<LoadedObject>, wanted: Option<&[Vec<u8>]>) -> Result<ObjectIndex> {
+        let mut room = IndexRoom::growable();
+        match ObjectIndex::index_into(&object, wanted, &mut room) {
+            Ok(part) => Ok(ObjectIndex::from_room(object, &room, &part)),
+            Err(e) => Err(e.into_error(&object)),
+        }
+    }
+
+    /// Index `object` into `room` (see [`ObjectIndex::build`]); allocates nothing when the room
+    /// is fixed. Big objects have hundreds of thousands of relocations: the wanted names are
+    /// first turned into symbol indexes through the object's hash table, so most relocations
+    /// cost an integer comparison, not a string read, and an object that imports none of them
+    /// is not scanned at all. On `Full` the room is left as it was.
+    pub fn index_into(
+        object: &LoadedObject,
+        wanted: Option<&[Vec<u8>]>,
+        room: &mut IndexRoom,
+    ) -> std::result::Result<Indexed, IndexFailure> {
+        let mark = (room.entries.len(), room.arena.len());
+        let result = index_tables(object, wanted, room);
+        if result.is_err() {
+            room.entries.truncate(mark.0);
+            room.arena.truncate(mark.1);
+        }
+        let mut part = result?;
+        part.entries.start = mark.0;
+        part.arena.start = mark.1;
+        // Sorted by name, then address, in place (an unstable sort needs no buffer).
+        let (entries, arena) = (&mut room.entries[part.entries.clone()], &room.arena);
+        entries.sort_unstable_by(|a, b| {
+            name_of(arena, a.name)
+                .cmp(name_of(arena, b.name))
+                .then(a.slot.address.cmp(&b.slot.address))
+        });
+        Ok(part)
+    }
+
+    /// The index of `object` from its part of `room`.
+    pub fn from_room(object: Arc<LoadedObject>, room: &IndexRoom, part: &Indexed) -> ObjectIndex {
+        let shift = part.arena.start as u32;
+        let rebase = |(off, len): (u32, u32)| (off - shift, len);
+        let mut entries: Vec<Entry> = room.entries[part.entries.clone()]
+            .iter()
+            .map(|e| Entry {
+                name: rebase(e.name),
+                version: e.version.map(rebase),
+                slot: e.slot,
+            })
+            .collect();
+        // DT_RELA may cover DT_JMPREL on some linkers: keep each slot once.
+        entries.dedup_by_key(|e| e.slot.address);
+        ObjectIndex {
+            object,
+            has_constructors: part.has_constructors,
+            defines_wanted: part.defines_wanted,
+            text_references: part.text_references,
+            entries,
+            arena: room.arena[part.arena.clone()].to_vec(),
+        }
     }
 
     /// Every slot of `symbol`; with `version`, only imports of exactly that version.
@@ -277,6 +307,150 @@ impl ObjectIndex {
     }
 }
 
+impl IndexFailure {
+    /// The crate error for `object`, which could not be indexed.
+    pub fn into_error(self, object: &LoadedObject) -> crate::Error {
+        crate::Error::BadObject {
+            object: object.display_name().to_owned(),
+            reason: match self {
+                IndexFailure::Bad(BadTables(reason)) => reason,
+                IndexFailure::Full => "too many slots to index",
+            },
+        }
+    }
+}
+
+/// The work of [`ObjectIndex::index_into`]: append the object's entries to the room and return
+/// its part (ranges filled in by the caller); may leave a partial part behind on error.
+fn index_tables(
+    object: &LoadedObject,
+    wanted: Option<&[Vec<u8>]>,
+    room: &mut IndexRoom,
+) -> std::result::Result<Indexed, IndexFailure> {
+    let mut part = Indexed {
+        has_constructors: false,
+        defines_wanted: false,
+        text_references: 0,
+        entries: 0..0,
+        arena: 0..0,
+    };
+    let IndexRoom {
+        entries,
+        arena,
+        versions,
+        indexes,
+        fixed,
+    } = room;
+    let fixed = *fixed;
+    let finish = |part: Indexed, entries: &Vec<Entry>, arena: &Vec<u8>| Indexed {
+        entries: 0..entries.len(),
+        arena: 0..arena.len(),
+        ..part
+    };
+    let Some(tables) = DynamicTables::read(object).map_err(IndexFailure::Bad)? else {
+        return Ok(finish(part, entries, arena));
+    };
+    part.has_constructors = tables.has_constructors;
+    if tables.symtab == 0 {
+        return Ok(finish(part, entries, arena));
+    }
+    let img = Image::new(object);
+    let by_index = match wanted {
+        Some(names) => wanted_indexes(&img, &tables, names, indexes, fixed)?,
+        None => false,
+    };
+    let indexes: Option<&[u32]> = by_index.then_some(&indexes[..]);
+    part.defines_wanted = match indexes {
+        Some(ix) => ix.iter().any(|&i| {
+            img.read::<Sym>(tables.symtab + i as usize * tables.syment)
+                .is_some_and(|s| s.st_shndx as u32 != SHN_UNDEF)
+        }),
+        None => true,
+    };
+    if indexes.is_some_and(|i| i.is_empty()) {
+        return Ok(finish(part, entries, arena));
+    }
+    let by_name = |name: &[u8]| match wanted {
+        None => true,
+        Some(names) => names.binary_search_by(|w| w.as_slice().cmp(name)).is_ok(),
+    };
+    let versions = VersionNames::read(&img, &tables, versions, fixed)?;
+    for table in tables.relocs.iter() {
+        for (offset, info, addend) in relocations(&img, table) {
+            let address = object.base.wrapping_add(offset as usize);
+            // A relocation the loader wrote into code, of any type: counted, never a slot.
+            let in_code = tables.text_relocations && in_code(object, address);
+            let kind = RelocKind::from_type(r_type(info));
+            let sym_index = r_sym(info) as usize;
+            if sym_index == 0 || (kind.is_none() && !in_code) {
+                continue;
+            }
+            if let Some(ix) = indexes {
+                if ix.binary_search(&(sym_index as u32)).is_err() {
+                    continue;
+                }
+            }
+            let slot_kind = match kind {
+                Some(RelocKind::Abs64) if !table.rela || addend != 0 => None,
+                k => k,
+            };
+            if !in_code
+                && (slot_kind.is_none()
+                    || !address.is_multiple_of(std::mem::align_of::<usize>())
+                    || !object.contains_range(address, 8))
+            {
+                continue;
+            }
+            let Some(sym) = tables.sym_addr(sym_index).and_then(|a| img.read::<Sym>(a)) else {
+                continue;
+            };
+            let Some(name) = tables.string(&img, sym.st_name as usize) else {
+                continue;
+            };
+            if name.is_empty() || !by_name(name) {
+                continue;
+            }
+            let (false, Some(kind)) = (in_code, slot_kind) else {
+                part.text_references += 1;
+                continue;
+            };
+            let defined_here = sym.st_shndx as u32 != SHN_UNDEF;
+            let canonical_plt = (!defined_here && sym.st_value != 0)
+                .then(|| object.base.wrapping_add(sym.st_value as usize));
+            let version = tables
+                .versym_addr(sym_index)
+                .and_then(|a| img.read::<u16>(a))
+                .and_then(|v| versions.name_of(&img, &tables, v & 0x7fff));
+            let name = intern(arena, name, fixed)?;
+            let version = match version {
+                Some(v) => Some(intern(arena, v, fixed)?),
+                None => None,
+            };
+            push(
+                entries,
+                Entry {
+                    name,
+                    version,
+                    slot: Slot {
+                        address,
+                        kind,
+                        canonical_plt,
+                    },
+                },
+                fixed,
+            )?;
+        }
+    }
+    Ok(finish(part, entries, arena))
+}
+
+/// Copy `s` into the arena; its (offset, length) there.
+fn intern(arena: &mut Vec<u8>, s: &[u8], fixed: bool) -> std::result::Result<(u32, u32), Full> {
+    let off = arena.len() as u32;
+    extend(arena, s, fixed)?;
+    Ok((off, s.len() as u32))
+}
+
 fn name_of(arena: &[u8], (off, len): (u32, u32)) -> &[u8] {
     &arena[off as usize..(off + len) as usize]
 }
@@ -312,17 +486,24 @@ fn relocations<'a>(
     })
 }
 
-/// Version index → version name, from `DT_VERNEED` (imports) and `DT_VERDEF` (own definitions).
-pub(crate) struct VersionNames<'a> {
-    names: Vec<(u16, &'a [u8])>,
+/// Version index → version name, from `DT_VERNEED` (imports) and `DT_VERDEF` (own definitions),
+/// as string-table offsets kept in a caller's buffer.
+pub(crate) struct VersionNames<'v> {
+    names: &'v [(u16, u32)],
 }
 
 /// Upper bound on version records walked (guards against corrupt `vn_next` chains).
 const MAX_VERSIONS: usize = 4096;
 
-impl<'a> VersionNames<'a> {
-    pub(crate) fn read(img: &Image<'a>, t: &DynamicTables) -> VersionNames<'a> {
-        let mut names = Vec::new();
+impl<'v> VersionNames<'v> {
+    /// Read the version records into `buf` (when `fixed`, within its capacity).
+    pub(crate) fn read(
+        img: &Image<'_>,
+        t: &DynamicTables,
+        buf: &'v mut Vec<(u16, u32)>,
+        fixed: bool,
+    ) -> std::result::Result<VersionNames<'v>, Full> {
+        buf.clear();
         if let Some((mut at, count)) = t.verneed {
             for _ in 0..count.min(MAX_VERSIONS) {
                 let Some(vn) = img.read::<Verneed>(at) else {
@@ -333,9 +514,7 @@ impl<'a> VersionNames<'a> {
                     let Some(aux) = img.read::<Vernaux>(aux_at) else {
                         break;
                     };
-                    if let Some(name) = t.string(img, aux.vna_name as usize) {
-                        names.push((aux.vna_other & 0x7fff, name));
-                    }
+                    push(buf, (aux.vna_other & 0x7fff, aux.vna_name), fixed)?;
                     if aux.vna_next == 0 {
                         break;
                     }
@@ -353,9 +532,7 @@ impl<'a> VersionNames<'a> {
                     break;
                 };
                 if let Some(aux) = img.read::<Verdaux>(at + vd.vd_aux as usize) {
-                    if let Some(name) = t.string(img, aux.vda_name as usize) {
-                        names.push((vd.vd_ndx & 0x7fff, name));
-                    }
+                    push(buf, (vd.vd_ndx & 0x7fff, aux.vda_name), fixed)?;
                 }
                 if vd.vd_next == 0 {
                     break;
@@ -363,18 +540,24 @@ impl<'a> VersionNames<'a> {
                 at += vd.vd_next as usize;
             }
         }
-        VersionNames { names }
+        Ok(VersionNames { names: buf })
     }
 
-    /// Indexes 0 and 1 mean local / unversioned global.
-    pub(crate) fn name_of(&self, index: u16) -> Option<&'a [u8]> {
+    /// Indexes 0 and 1 mean local / unversioned global. The first record of `index` whose
+    /// name can be read.
+    pub(crate) fn name_of<'a>(
+        &self,
+        img: &Image<'a>,
+        t: &DynamicTables,
+        index: u16,
+    ) -> Option<&'a [u8]> {
         if index < 2 {
             return None;
         }
         self.names
             .iter()
-            .find(|(i, _)| *i == index)
-            .map(|(_, n)| *n)
+            .filter(|(i, _)| *i == index)
+            .find_map(|&(_, name)| t.string(img, name as usize))
     }
 }
 
@@ -413,6 +596,57 @@ mod tests {
         for (_, _, slot) in all.iter() {
             assert!(slot.address % 8 == 0 && all.object.contains(slot.address));
         }
+    }
+
+    fn listing(idx: &ObjectIndex) -> Vec<(String, Option<String>, Slot)> {
+        idx.iter()
+            .map(|(n, v, s)| (n.to_owned(), v.map(str::to_owned), s))
+            .collect()
+    }
+
+    /// Objects indexed one after another into one fixed room (as inside a walk of the loader's
+    /// list) give the same indexes as built alone; a room too small says `Full` and keeps
+    /// nothing of that object.
+    #[test]
+    fn a_shared_fixed_room_gives_the_same_indexes_and_refuses_what_does_not_fit() {
+        let names: Vec<Vec<u8>> = ["free", "malloc", "memcpy", "pthread_create", "strlen"]
+            .iter()
+            .map(|n| n.as_bytes().to_vec())
+            .collect();
+        let objects = snapshot().objects;
+        let mut room = IndexRoom::fixed(4096, 1 << 16, names.len());
+        let (entries, arena) = (room.entries.capacity(), room.arena.capacity());
+        let mut parts = Vec::new();
+        for obj in &objects {
+            parts.push(ObjectIndex::index_into(obj, Some(&names), &mut room));
+        }
+        assert_eq!(
+            (room.entries.capacity(), room.arena.capacity()),
+            (entries, arena)
+        );
+        let mut compared = 0;
+        for (obj, part) in objects.iter().zip(&parts) {
+            let alone = ObjectIndex::build(obj.clone(), Some(&names));
+            match (part, alone) {
+                (Ok(part), Ok(alone)) => {
+                    let shared = ObjectIndex::from_room(obj.clone(), &room, part);
+                    assert_eq!(listing(&shared), listing(&alone), "{}", obj.display_name());
+                    compared += alone.len();
+                }
+                (Err(IndexFailure::Bad(_)), Err(_)) => {}
+                (part, alone) => panic!("{}: {part:?} vs {alone:?}", obj.display_name()),
+            }
+        }
+        assert!(compared > 0, "no object imports any of the names");
+
+        // The test program imports malloc and free: one entry of room is not enough.
+        let exe = &objects[0];
+        let mut tiny = IndexRoom::fixed(1, 1 << 16, names.len());
+        assert_eq!(
+            ObjectIndex::index_into(exe, Some(&names), &mut tiny).unwrap_err(),
+            IndexFailure::Full
+        );
+        assert!(tiny.is_empty(), "a refused object leaves nothing behind");
     }
 
     /// The hash-table shortcut finds exactly the slots a name-by-name scan finds, in every

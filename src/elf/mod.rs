@@ -7,14 +7,16 @@ mod dynamic;
 mod image;
 mod index;
 mod protection;
+mod room;
 mod snapshot;
 mod symbols;
 
-pub use dynamic::{absolute, DynamicTables, RelocTable};
+pub use dynamic::{absolute, BadTables, DynamicTables, RelocTable};
 pub use image::segments_contain;
-pub use index::{ObjectIndex, RelocKind, Slot};
+pub use index::{IndexFailure, IndexRoom, Indexed, ObjectIndex, RelocKind, Slot};
 pub(crate) use protection::errno_of;
 pub use protection::{letters, readable_parts, ProtectionMap};
+pub use room::Full;
 pub use snapshot::{counters, snapshot, Counters, LoadedObject, Snapshot};
 pub(crate) use snapshot::{has_counters, name_bytes};
 pub use symbols::defines;

@@ -9,6 +9,7 @@ use goblin::elf64::sym::Sym;
 use super::dynamic::DynamicTables;
 use super::image::Image;
 use super::index::VersionNames;
+use super::room::{push, Full};
 use super::snapshot::LoadedObject;
 
 /// Bound on hash-chain walks (corrupt tables must not loop forever).
@@ -42,7 +43,10 @@ pub fn defines(obj: &LoadedObject, name: &str, version: Option<&str>) -> bool {
         return false;
     }
     let img = Image::new(obj);
-    let versions = VersionNames::read(&img, &t);
+    let mut version_buf = Vec::new();
+    let Ok(versions) = VersionNames::read(&img, &t, &mut version_buf, false) else {
+        return false;
+    };
     let matches = |index: usize| -> bool {
         let Some(sym) = t.sym_addr(index).and_then(|a| img.read::<Sym>(a)) else {
             return false;
@@ -60,7 +64,7 @@ pub fn defines(obj: &LoadedObject, name: &str, version: Option<&str>) -> bool {
         }
         let versym = t.versym_addr(index).and_then(|a| img.read::<u16>(a));
         match (version, versym) {
-            (Some(v), Some(vs)) => versions.name_of(vs & 0x7fff) == Some(v.as_bytes()),
+            (Some(v), Some(vs)) => versions.name_of(&img, &t, vs & 0x7fff) == Some(v.as_bytes()),
             (Some(_), None) => false,
             // An unversioned lookup takes the default (non-hidden) version.
             (None, Some(vs)) => vs & 0x8000 == 0,
@@ -77,8 +81,9 @@ pub fn defines(obj: &LoadedObject, name: &str, version: Option<&str>) -> bool {
 }
 
 /// The dynamic-symbol indexes whose names are in `names` (sorted), found through the hash
-/// table instead of by reading the name of every relocation's symbol; `None` when the object
-/// has no usable hash table (then every relocation must be checked by name).
+/// table instead of by reading the name of every relocation's symbol, into `found` (sorted,
+/// without repeats; when `fixed`, within its capacity). `Ok(false)` when the object has no
+/// usable hash table (then every relocation must be checked by name).
 ///
 /// Complete by construction: a GNU hash table covers every symbol from `symoffset` on, so the
 /// symbols below it (the unhashed ones: imports, locals; usually few) are read by name and the
@@ -87,18 +92,24 @@ pub(crate) fn wanted_indexes(
     img: &Image<'_>,
     t: &DynamicTables,
     names: &[Vec<u8>],
-) -> Option<Vec<u32>> {
+    found: &mut Vec<u32>,
+    fixed: bool,
+) -> Result<bool, Full> {
+    found.clear();
     let is_wanted = |index: usize| -> bool {
         img.read::<Sym>(t.symtab + index * t.syment)
             .and_then(|sym| t.string(img, sym.st_name as usize))
             .is_some_and(|n| names.binary_search_by(|w| w.as_slice().cmp(n)).is_ok())
     };
-    let mut found = Vec::new();
+    // Record a wanted index; true (stop) when there is no room left.
+    let mut take = |index: usize| push(found, index as u32, fixed).is_err();
     if let Some(at) = t.gnu_hash {
-        let unhashed = unhashed_symbols(img, t, at)?;
+        let Some(unhashed) = unhashed_symbols(img, t, at) else {
+            return Ok(false);
+        };
         for index in 1..unhashed.min(MAX_CHAIN) {
-            if is_wanted(index) {
-                found.push(index as u32);
+            if is_wanted(index) && take(index) {
+                return Err(Full);
             }
         }
         for name in names {
@@ -107,28 +118,22 @@ pub(crate) fn wanted_indexes(
                     .and_then(|sym| t.string(img, sym.st_name as usize))
                     == Some(name.as_slice())
             };
-            walk_gnu(img, at, name, |index| {
-                if named(index) {
-                    found.push(index as u32);
-                }
-                false
-            });
+            if walk_gnu(img, at, name, |index| named(index) && take(index)) {
+                return Err(Full);
+            }
         }
     } else if let Some(at) = t.hash {
         for name in names {
-            walk_sysv(img, at, name, |index| {
-                if is_wanted(index) {
-                    found.push(index as u32);
-                }
-                false
-            });
+            if walk_sysv(img, at, name, |index| is_wanted(index) && take(index)) {
+                return Err(Full);
+            }
         }
     } else {
-        return None;
+        return Ok(false);
     }
     found.sort_unstable();
     found.dedup();
-    Some(found)
+    Ok(true)
 }
 
 /// How many symbols precede the hashed ones of a GNU hash table at `at`: the imports are among

@@ -15,12 +15,67 @@
 use std::cell::OnceCell;
 use std::sync::Arc;
 
-use crate::elf::ObjectIndex;
+use crate::elf::{IndexFailure, IndexRoom, Indexed, LoadedObject, ObjectIndex};
 use crate::patch::{
     compare_and_write_raw, read_slot, LeftWritable, ProtectionMap, SlotWrite, WriteFailure,
 };
+use crate::Result;
 
 use super::loader::{visit, Pin};
+
+/// Room reserved for the objects one walk indexes: enough for a big process in one walk (most
+/// objects import no hooked function and take none of it). An object that finds the room full
+/// waits for the next walk; one too big for an empty room is left to a pin by name.
+const WALK_ENTRIES: usize = 16 * 1024;
+const WALK_NAME_BYTES: usize = 1 << 20;
+
+/// Index `objects` (from a snapshot whose loader removal counter was `subs`) without a
+/// reference of our own, from inside walks of the loader's list, into storage reserved
+/// beforehand. Per object: its index, the error that kept it from being read, or `None` when no
+/// walk could vouch for it (removed meanwhile, not yet relocated, anything unloaded since the
+/// snapshot, too big for the room): the caller pins it by name or leaves it alone.
+pub(crate) fn index_listed(
+    objects: &[Arc<LoadedObject>],
+    wanted: &[Vec<u8>],
+    subs: u64,
+) -> Vec<Option<Result<ObjectIndex>>> {
+    let mut out: Vec<Option<Result<ObjectIndex>>> = objects.iter().map(|_| None).collect();
+    let mut room = IndexRoom::fixed(WALK_ENTRIES, WALK_NAME_BYTES, wanted.len());
+    let mut pending: Vec<usize> = (0..objects.len()).collect();
+    while !pending.is_empty() {
+        room.clear();
+        let listed: Vec<&LoadedObject> = pending.iter().map(|&i| &*objects[i]).collect();
+        let mut parts: Vec<Option<std::result::Result<Indexed, IndexFailure>>> =
+            vec![None; listed.len()];
+        let mut full = false;
+        let reached = visit(&listed, subs, &mut |k| {
+            if full {
+                return;
+            }
+            let was_empty = room.is_empty();
+            match ObjectIndex::index_into(listed[k], Some(wanted), &mut room) {
+                // The rest waits for the next walk, with the room emptied.
+                Err(IndexFailure::Full) if !was_empty => full = true,
+                result => parts[k] = Some(result),
+            }
+        });
+        let mut next = Vec::new();
+        for (k, part) in parts.into_iter().enumerate() {
+            let i = pending[k];
+            match part {
+                Some(Ok(part)) => {
+                    out[i] = Some(Ok(ObjectIndex::from_room(objects[i].clone(), &room, &part)))
+                }
+                Some(Err(IndexFailure::Full)) => {}
+                Some(Err(e)) => out[i] = Some(Err(e.into_error(&objects[i]))),
+                None if reached[k] => next.push(i),
+                None => {}
+            }
+        }
+        pending = next;
+    }
+    out
+}
 
 /// What a raw slot write found.
 pub(crate) type Outcome = Result<(SlotWrite, Result<(), LeftWritable>), WriteFailure>;

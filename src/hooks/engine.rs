@@ -14,7 +14,7 @@ use crate::patch::{
 };
 use crate::{Error, Result};
 
-use super::batch::Batch;
+use super::batch::{self, Batch};
 use super::diagnostics::{push_bounded, Conflict, Diagnostics, ForeignSlot};
 use super::interpose::{dl_hook_set, publish, DL_SET_NAME};
 use super::loader::{clear_dlerror, object_at, Pin};
@@ -199,7 +199,8 @@ impl Drop for Operation {
     }
 }
 
-/// Up to this many new objects found by one scan are pinned by name before they are read.
+/// Up to this many new objects found by one scan are pinned by name before they are read; more
+/// are read from inside walks of the loader's list.
 const PIN_BEFORE_INDEX: usize = 64;
 
 /// How long an API call waits for another thread's operation. Bounded, so that a thread that
@@ -538,35 +539,47 @@ impl State {
         link_map: usize,
         exclude: &[String],
     ) -> Option<Arc<ObjectIndex>> {
-        let index = if let Some(reason) = skip_reason(&obj, exclude) {
+        if let Some(reason) = skip_reason(&obj, exclude) {
             push_bounded(
                 &mut self.diag.skipped,
                 (obj.display_name().to_owned(), reason),
             );
-            None
-        } else {
-            match ObjectIndex::build(obj.clone(), Some(&self.wanted)) {
-                Ok(idx) => {
-                    let idx = Arc::new(idx);
-                    self.diag.objects_indexed += 1;
-                    if idx.text_references > 0 {
-                        let name = obj.display_name().to_owned();
-                        crate::log!(
+            return self.enter(obj, link_map, None);
+        }
+        let built = ObjectIndex::build(obj.clone(), Some(&self.wanted));
+        self.enter(obj, link_map, Some(built))
+    }
+
+    /// Take a new object into the cache with its index as built (`None`: left alone on
+    /// purpose), noting what the diagnostics report about it. Returns its index when it has one.
+    fn enter(
+        &mut self,
+        obj: Arc<LoadedObject>,
+        link_map: usize,
+        built: Option<Result<ObjectIndex>>,
+    ) -> Option<Arc<ObjectIndex>> {
+        let index = match built {
+            None => None,
+            Some(Ok(idx)) => {
+                let idx = Arc::new(idx);
+                self.diag.objects_indexed += 1;
+                if idx.text_references > 0 {
+                    let name = obj.display_name().to_owned();
+                    crate::log!(
                             crate::log::Level::Warn,
                             "{name} has {} text relocation(s) of hooked functions: code is never made writable, so calls made through them are not seen",
                             idx.text_references
                         );
-                        push_bounded(&mut self.diag.text_relocations, (name, idx.text_references));
-                    }
-                    if idx.has_canonical_plt() {
-                        self.canonical.push(idx.clone());
-                    }
-                    Some(idx)
+                    push_bounded(&mut self.diag.text_relocations, (name, idx.text_references));
                 }
-                Err(e) => {
-                    push_bounded(&mut self.diag.unreadable, e.to_string());
-                    None
+                if idx.has_canonical_plt() {
+                    self.canonical.push(idx.clone());
                 }
+                Some(idx)
+            }
+            Some(Err(e)) => {
+                push_bounded(&mut self.diag.unreadable, e.to_string());
+                None
             }
         };
         let base = obj.base;
@@ -624,19 +637,20 @@ impl State {
         self.journal.forget_object(obj);
     }
 
-    /// Sync the object cache with the loader's list: drop what was unloaded (and its journal
-    /// entries), index what is new. Linear in the number of objects. Returns (all, new, and
-    /// the pins taken for the new ones).
+    /// Sync the object cache with the loader's list (a snapshot whose removal counter was
+    /// `subs`): drop what was unloaded (and its journal entries), index what is new. Linear in
+    /// the number of objects. Returns (all, new, and the pins taken for the new ones).
     ///
-    /// A few new objects (a `dlopen`'s catch-up) are pinned before they are read, so that a
-    /// concurrent `dlclose` cannot unmap them under the indexer. Many (the first install into
-    /// a big process) are indexed without pins, as before: pinning each by name would cost
-    /// O(N²), and objects loaded at start-up, the bulk of them, are never unloaded. (Reading
-    /// them inside a loader walk needs an allocation-free indexer: see docs/performance.md.)
+    /// No new object is read unless something keeps it mapped. A few (a `dlopen`'s catch-up)
+    /// are pinned by name first. Many (the first install into a big process) are read from
+    /// inside walks of the loader's list, under its lock, into storage reserved beforehand
+    /// (`batch::index_listed`): pinning each by name would cost O(N²). Those no walk could
+    /// vouch for are pinned by name, or left alone when they are gone.
     #[allow(clippy::type_complexity)]
     fn refresh(
         &mut self,
         objects: &[Arc<LoadedObject>],
+        subs: u64,
     ) -> (
         Vec<Arc<ObjectIndex>>,
         Vec<Arc<ObjectIndex>>,
@@ -667,22 +681,41 @@ impl State {
         } else {
             exclude_list()
         };
-        let pin_first = fresh.len() <= PIN_BEFORE_INDEX;
-        let (mut new, mut pins) = (Vec::new(), Vec::new());
-        for obj in fresh {
-            let pin = if pin_first && skip_reason(&obj, &exclude).is_none() {
-                match Pin::object(&obj) {
-                    Some(p) => Some(p),
-                    None => {
-                        // Gone already, or not reachable by name: never read it.
-                        push_bounded(&mut self.diag.unpinnable, obj.display_name().to_owned());
-                        continue;
-                    }
+        let readable: Vec<bool> = fresh
+            .iter()
+            .map(|o| skip_reason(o, &exclude).is_none())
+            .collect();
+        // Many new objects: read them from inside walks of the loader's list.
+        let mut walked: Vec<Option<Result<ObjectIndex>>> = fresh.iter().map(|_| None).collect();
+        if fresh.len() > PIN_BEFORE_INDEX {
+            let listed: Vec<Arc<LoadedObject>> = fresh
+                .iter()
+                .zip(&readable)
+                .filter(|(_, r)| **r)
+                .map(|(o, _)| o.clone())
+                .collect();
+            let mut read = batch::index_listed(&listed, &self.wanted, subs).into_iter();
+            for (w, r) in walked.iter_mut().zip(&readable) {
+                if *r {
+                    *w = read.next().flatten();
                 }
+            }
+        }
+        let (mut new, mut pins) = (Vec::new(), Vec::new());
+        for ((obj, readable), walked) in fresh.into_iter().zip(readable).zip(walked) {
+            let (index, pin) = if !readable {
+                (self.admit(obj, 0, &exclude), None)
+            } else if let Some(built) = walked {
+                (self.enter(obj, 0, Some(built)), None)
             } else {
-                None
+                let Some(pin) = Pin::object(&obj) else {
+                    // Gone already, or not reachable by name: never read it.
+                    push_bounded(&mut self.diag.unpinnable, obj.display_name().to_owned());
+                    continue;
+                };
+                (self.admit(obj, 0, &exclude), Some(pin))
             };
-            if let Some(idx) = self.admit(obj, 0, &exclude) {
+            if let Some(idx) = index {
                 all.push(idx.clone());
                 new.push(idx);
                 pins.push(pin);
@@ -767,7 +800,7 @@ impl State {
     /// the number of slots patched.
     fn sync(&mut self) -> (Vec<Arc<ObjectIndex>>, usize) {
         let snap = elf::snapshot();
-        let (all, new, pins) = self.refresh(&snap.objects);
+        let (all, new, pins) = self.refresh(&snap.objects, snap.counters.subs);
         self.last_counters = snap.counters;
         // Nothing to apply before the first set is installed.
         if self.sets.is_empty() {
