@@ -125,3 +125,23 @@ impl std::fmt::Display for Diagnostics {
         )
     }
 }
+
+impl Diagnostics {
+    pub(crate) const fn new() -> Diagnostics {
+        Diagnostics {
+            skipped: Vec::new(),
+            unpinnable: Vec::new(),
+            other_namespaces: Vec::new(),
+            unreadable: Vec::new(),
+            conflicts: Vec::new(),
+            foreign: Vec::new(),
+            constructors_before_patch: Vec::new(),
+            text_relocations: Vec::new(),
+            resolver_races: 0,
+            objects_indexed: 0,
+            rescans: 0,
+            quick_scans: 0,
+            deferred_scans: 0,
+        }
+    }
+}

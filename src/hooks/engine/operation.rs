@@ -1,0 +1,139 @@
+//! The patch lock: one engine operation at a time, re-entry refused, and fork handlers so
+//! that a child never inherits the lock held by a thread that does not exist in it.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::hooks::interpose::publish;
+use crate::hooks::loader::clear_dlerror;
+
+use super::{State, SCANNED_ADDS, SCANNED_SUBS, STATE};
+
+thread_local! {
+    /// Set while this thread runs an engine operation: loader calls made by the operation (and
+    /// constructors or destructors they run) must not start another one.
+    static IN_OPERATION: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Exclusive access to the engine for one operation.
+pub(crate) struct Operation {
+    guard: spin::MutexGuard<'static, State>,
+}
+
+/// The fork handlers took the patch lock (and the dlsym table's) for the fork.
+static HELD_FOR_FORK: AtomicBool = AtomicBool::new(false);
+/// In a child: the patch lock was inherited held by a thread that does not exist here (the
+/// fork handlers could not take it in time), so no operation can ever run.
+static ORPHANED: AtomicBool = AtomicBool::new(false);
+/// How long the fork handler waits for a running operation to end. Operations are short; only
+/// a fork from a thread holding the loader lock (a constructor) while an operation waits for
+/// that lock reaches it.
+const FORK_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Install the fork handlers (once per process), so that a child never inherits the patch lock
+/// held by a thread that does not exist in it.
+fn protect_fork() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: plain `extern "C"` handlers that never unwind.
+        #[allow(unsafe_code)]
+        let rc = unsafe {
+            libc::pthread_atfork(Some(prepare_fork), Some(after_fork), Some(after_fork_child))
+        };
+        if rc != 0 {
+            crate::log!(
+                crate::log::Level::Warn,
+                "pthread_atfork failed ({rc}): a fork during a hook install may leave the child unable to patch"
+            );
+        }
+    });
+}
+
+/// Before a fork: wait for a running operation to end and hold the lock across the fork (the
+/// child then starts with a consistent engine). Not when this thread is inside an operation:
+/// it lives on in the child and finishes it there.
+extern "C" fn prepare_fork() {
+    if IN_OPERATION.with(|f| f.get()) {
+        return;
+    }
+    let start = Instant::now();
+    loop {
+        if let Some(guard) = STATE.try_lock() {
+            std::mem::forget(guard);
+            crate::hooks::interpose::hold_for_fork();
+            HELD_FOR_FORK.store(true, Ordering::Release);
+            return;
+        }
+        if start.elapsed() >= FORK_PATIENCE {
+            return;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// After a fork, in the parent: release what `prepare_fork` took.
+extern "C" fn after_fork() {
+    if HELD_FOR_FORK.swap(false, Ordering::AcqRel) {
+        // SAFETY: `prepare_fork` took both locks on this thread just before the fork.
+        #[allow(unsafe_code)]
+        unsafe {
+            crate::hooks::interpose::release_after_fork();
+            STATE.force_unlock();
+        }
+    }
+}
+
+/// After a fork, in the child: as in the parent; a lock the handler could not take belongs to
+/// a thread that is gone, so the engine refuses operations instead of waiting forever.
+extern "C" fn after_fork_child() {
+    let held = HELD_FOR_FORK.load(Ordering::Acquire);
+    if !held && STATE.is_locked() && !IN_OPERATION.with(|f| f.get()) {
+        ORPHANED.store(true, Ordering::Release);
+    }
+    after_fork();
+}
+
+impl Operation {
+    /// Wait for the patch lock; `None` on this thread's re-entry or after `patience` elapsed.
+    pub(crate) fn begin(patience: Option<Duration>) -> Option<Operation> {
+        if IN_OPERATION.with(|f| f.get()) || ORPHANED.load(Ordering::Acquire) {
+            return None;
+        }
+        protect_fork();
+        let guard = match STATE.try_lock() {
+            Some(g) => g,
+            None => {
+                let start = Instant::now();
+                loop {
+                    std::thread::yield_now();
+                    if let Some(g) = STATE.try_lock() {
+                        break g;
+                    }
+                    if patience.is_some_and(|p| start.elapsed() >= p) {
+                        return None;
+                    }
+                }
+            }
+        };
+        IN_OPERATION.with(|f| f.set(true));
+        Some(Operation { guard })
+    }
+
+    pub(crate) fn state(&mut self) -> &mut State {
+        &mut self.guard
+    }
+}
+
+impl Drop for Operation {
+    fn drop(&mut self) {
+        if std::mem::take(&mut self.guard.dirty) {
+            publish(self.guard.sets.iter().map(|s| &s.set));
+        }
+        let c = self.guard.last_counters;
+        SCANNED_ADDS.store(c.adds, Ordering::Release);
+        SCANNED_SUBS.store(c.subs, Ordering::Release);
+        clear_dlerror();
+        IN_OPERATION.with(|f| f.set(false));
+    }
+}

@@ -1,0 +1,311 @@
+//! Patching: resolving each hook's original in the object's scope, planning every slot write
+//! before any is made, writing them (compare-and-write, through walks of the loader's list) and
+//! rechecking slots a lazy-binding resolver may have raced.
+
+use std::sync::Arc;
+
+use crate::elf::{ObjectIndex, Slot};
+use crate::patch::{JournalEntry, LeftWritable, ProtectionMap, SlotWrite, WriteFailure};
+
+use crate::hooks::batch::Batch;
+use crate::hooks::diagnostics::{push_bounded, Conflict};
+use crate::hooks::resolver::{matters, Resolver};
+use crate::hooks::set::Hook;
+
+use super::State;
+
+/// One slot write decided before any write is made.
+struct Plan<'h> {
+    set_id: u64,
+    /// Position of the object in its batch.
+    object: usize,
+    hook: &'h Hook,
+    slot: Slot,
+    expected: usize,
+    original: usize,
+}
+impl State {
+    /// The objects that matter to a patch (those with slots, and those that may define a
+    /// hooked function: their scope is searched for originals), as a batch touched through
+    /// walks of the loader's list (see `batch.rs`).
+    fn batch(&self, objects: &[Arc<ObjectIndex>]) -> Batch {
+        let objects = objects.iter().filter(|i| matters(i)).cloned().collect();
+        Batch::listed(objects, self.last_counters.subs)
+    }
+
+    /// Patch objects that appeared since the last scan with every installed set, and note those
+    /// whose constructors already ran unhooked.
+    pub(super) fn patch_new(&mut self, mut batch: Batch) -> usize {
+        if batch.is_empty() {
+            return 0;
+        }
+        let ids: Vec<u64> = self.sets.iter().map(|s| s.id).collect();
+        let mark = self.journal.mark();
+        let patched = self.patch_batch(&ids, &mut batch);
+        let late: Vec<String> = self
+            .journal
+            .since(mark)
+            .filter(|e| {
+                batch
+                    .objects
+                    .iter()
+                    .any(|n| Arc::ptr_eq(&n.object, &e.object) && n.has_constructors)
+            })
+            .map(|e| e.object.display_name().to_owned())
+            .collect();
+        for name in late {
+            push_bounded(&mut self.diag.constructors_before_patch, name);
+        }
+        patched
+    }
+
+    /// Apply the given sets to the given objects. Errors on single slots are recorded in the
+    /// diagnostics and do not stop the other slots.
+    pub(super) fn patch(&mut self, set_ids: &[u64], objects: &[Arc<ObjectIndex>]) -> usize {
+        if objects.is_empty() || set_ids.is_empty() {
+            return 0;
+        }
+        let mut batch = self.batch(objects);
+        self.patch_batch(set_ids, &mut batch)
+    }
+
+    fn patch_batch(&mut self, set_ids: &[u64], batch: &mut Batch) -> usize {
+        if batch.is_empty() {
+            return 0;
+        }
+        let sets: Vec<(u64, Arc<[Hook]>)> = set_ids
+            .iter()
+            .filter_map(|&id| {
+                let s = self.sets.iter().find(|s| s.id == id)?;
+                Some((id, s.set.hooks.clone()))
+            })
+            .collect();
+        // Every slot value the plans need, read in one pass.
+        let names: Vec<(&str, Option<&str>)> = sets
+            .iter()
+            .flat_map(|(_, hooks)| hooks.iter())
+            .map(|h| (h.symbol(), h.version()))
+            .collect();
+        let slots: Vec<Vec<usize>> = batch
+            .objects
+            .iter()
+            .map(|idx| {
+                let mut v: Vec<usize> = names
+                    .iter()
+                    .flat_map(|&(symbol, version)| idx.slots(symbol, version).map(|s| s.address))
+                    .collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            })
+            .collect();
+        for i in batch.read_values(&slots) {
+            push_bounded(
+                &mut self.diag.unpinnable,
+                batch.objects[i].object.display_name().to_owned(),
+            );
+        }
+        let mut plans = Vec::new();
+        for (id, hooks) in &sets {
+            for hook in hooks.iter() {
+                self.plan_hook(*id, hook, batch, &mut plans);
+            }
+        }
+        self.write(plans, batch)
+    }
+
+    fn plan_hook<'h>(
+        &mut self,
+        set_id: u64,
+        hook: &'h Hook,
+        batch: &Batch,
+        plans: &mut Vec<Plan<'h>>,
+    ) {
+        let (symbol, version) = (hook.symbol(), hook.version());
+        let any_slot = batch
+            .objects
+            .iter()
+            .any(|idx| idx.slots(symbol, version).next().is_some());
+        if !any_slot && hook.original.get() != 0 {
+            return;
+        }
+        let resolver = Resolver::new(hook, batch, &self.canonical, self.known.as_ref());
+        // While slots of this hook are patched, its published original is what they call: a
+        // different definition found later (another copy of the library) must not replace it;
+        // slots bound to that one are conflicts instead.
+        let published = hook.original.get();
+        let live = published != 0 && self.journal.has_symbol(set_id, symbol);
+        let mut original = if live {
+            published
+        } else {
+            resolver.definition(hook.version.as_deref(), None)
+        };
+        if original == 0 {
+            // Not in the global scope (a library loaded RTLD_LOCAL): the scope of an object that
+            // defines it knows it.
+            original = resolver.in_definers(hook.version.as_deref());
+        }
+        if !live {
+            // Another installed set already hooks this function: stack on top of it.
+            original = self.top_of_stack(set_id, hook, original);
+        }
+        let first = plans.len();
+        let stacked = plans.iter().any(|p| p.hook.symbol() == symbol);
+        for (i, idx) in batch.objects.iter().enumerate() {
+            for slot in idx.slots(symbol, version) {
+                if self.journal.contains(set_id, slot.address) {
+                    continue;
+                }
+                // A set below this one in a stack may be about to write this slot: it then
+                // holds that set's replacement by the time this plan is written.
+                let planned = if stacked {
+                    plans[..first]
+                        .iter()
+                        .rev()
+                        .find(|p| p.slot.address == slot.address)
+                        .map(|p| p.hook.replacement)
+                } else {
+                    None
+                };
+                let Some(value) = planned.or_else(|| batch.value(slot.address)) else {
+                    continue;
+                };
+                if value == hook.replacement {
+                    continue;
+                }
+                let bound = resolver.binding(value, slot, idx, i);
+                if original == 0 {
+                    original = bound;
+                }
+                if bound != original || bound == 0 {
+                    let c = Conflict {
+                        object: idx.object.display_name().to_owned(),
+                        symbol: symbol.to_owned(),
+                        address: slot.address,
+                        bound_to: bound,
+                        original,
+                    };
+                    push_bounded(&mut self.diag.conflicts, c);
+                    continue;
+                }
+                plans.push(Plan {
+                    set_id,
+                    object: i,
+                    hook,
+                    slot,
+                    expected: value,
+                    original,
+                });
+            }
+        }
+        // Publish the original before any slot can route a call to the replacement.
+        if original != 0
+            && (plans.len() > first || hook.original.get() == 0)
+            && hook.original.get() != original
+        {
+            hook.original.set(original);
+            self.dirty = true;
+        }
+    }
+
+    fn write(&mut self, plans: Vec<Plan>, batch: &Batch) -> usize {
+        let maps = match ProtectionMap::for_addresses(plans.iter().map(|p| p.slot.address)) {
+            Ok(m) => m,
+            Err(e) => {
+                push_bounded(&mut self.diag.unreadable, e.to_string());
+                return 0;
+            }
+        };
+        let mut expected: Vec<usize> = plans.iter().map(|p| p.expected).collect();
+        let mut pending: Vec<usize> = (0..plans.len()).collect();
+        let mut fresh = Vec::new();
+        // One retry: a concurrent lazy-binding resolution may have just filled the slot.
+        for attempt in 0..2 {
+            let writes: Vec<(usize, usize, usize, usize)> = pending
+                .iter()
+                .map(|&k| {
+                    let p = &plans[k];
+                    (p.object, p.slot.address, expected[k], p.hook.replacement)
+                })
+                .collect();
+            let outcomes = batch.write(&maps, &writes);
+            let mut retry = Vec::new();
+            for (&k, outcome) in pending.iter().zip(outcomes) {
+                let p = &plans[k];
+                let name = batch.objects[p.object].object.display_name();
+                match outcome {
+                    None => push_bounded(&mut self.diag.unpinnable, name.to_owned()),
+                    Some(Ok((SlotWrite::Written { protection }, restored))) => {
+                        if let Err(LeftWritable(errno)) = restored {
+                            let e = WriteFailure::Protect(errno).into_error(name, p.slot.address);
+                            crate::log!(crate::log::Level::Error, "{e}");
+                        }
+                        self.journal.record(JournalEntry {
+                            set_id: p.set_id,
+                            object: batch.objects[p.object].object.clone(),
+                            symbol: Arc::from(p.hook.symbol()),
+                            address: p.slot.address,
+                            kind: p.slot.kind,
+                            old: expected[k],
+                            new: p.hook.replacement,
+                            protection,
+                        });
+                        fresh.push(k);
+                    }
+                    Some(Ok((SlotWrite::Mismatch { actual }, _))) => {
+                        if attempt > 0 || actual == p.hook.replacement {
+                            continue;
+                        }
+                        let rebound =
+                            Resolver::new(p.hook, batch, &self.canonical, self.known.as_ref())
+                                .binding(actual, p.slot, &batch.objects[p.object], p.object);
+                        if rebound == p.original {
+                            self.diag.resolver_races += 1;
+                            expected[k] = actual;
+                            retry.push(k);
+                        }
+                    }
+                    Some(Err(f)) => push_bounded(
+                        &mut self.diag.unreadable,
+                        f.into_error(name, p.slot.address).to_string(),
+                    ),
+                }
+            }
+            pending = retry;
+            if pending.is_empty() {
+                break;
+            }
+        }
+        self.recheck(&plans, &fresh, batch, &maps);
+        fresh.len()
+    }
+
+    /// A thread already inside the lazy-binding resolver for a slot we just patched writes the
+    /// resolved function over our hook when it finishes. Look at the slots of this batch once
+    /// more and patch again any that now hold exactly their original.
+    fn recheck(&mut self, plans: &[Plan], fresh: &[usize], batch: &Batch, maps: &ProtectionMap) {
+        if fresh.is_empty() {
+            return;
+        }
+        // The original each slot would hold if a resolver overwrote our hook.
+        let writes: Vec<(usize, usize, usize, usize)> = fresh
+            .iter()
+            .map(|&k| {
+                let p = &plans[k];
+                (
+                    p.object,
+                    p.slot.address,
+                    p.hook.original.get(),
+                    p.hook.replacement,
+                )
+            })
+            .filter(|w| w.2 != 0)
+            .collect();
+        // A compare-and-write of original → hook: writes only where the original is back.
+        for outcome in batch.write(maps, &writes).into_iter().flatten() {
+            if matches!(outcome, Ok((SlotWrite::Written { .. }, _))) {
+                self.diag.resolver_races += 1;
+            }
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! Bringing the object cache up to date with the loader's list ("sync"): forget what was
+//! unloaded, index what is new (never reading an object nothing keeps mapped), and patch the
+//! new objects with every installed set. The `dlopen`/`dlclose` fast paths handle the common
+//! one-object change without a walk.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use crate::elf::{self, LoadedObject, ObjectIndex};
+use crate::Result;
+
+use crate::hooks::batch::{self, Batch};
+use crate::hooks::diagnostics::push_bounded;
+use crate::hooks::loader::{object_at, Pin};
+use crate::hooks::resolver::matters;
+use crate::hooks::skip::{exclude_list, skip_reason};
+
+use super::{Known, State};
+
+/// Up to this many new objects found by one scan are pinned by name before they are read; more
+/// are read from inside walks of the loader's list.
+const PIN_BEFORE_INDEX: usize = 64;
+
+impl State {
+    /// The known object with this load bias and name.
+    fn find_known(&self, base: usize, name: &str) -> Option<&Known> {
+        self.known
+            .as_ref()?
+            .get(&base)?
+            .iter()
+            .find(|k| k.object.name == name)
+    }
+
+    /// Take a new object into the cache: index it, or note why it is left alone. Returns its
+    /// index when it has one.
+    fn admit(
+        &mut self,
+        obj: Arc<LoadedObject>,
+        link_map: usize,
+        exclude: &[String],
+    ) -> Option<Arc<ObjectIndex>> {
+        if let Some(reason) = skip_reason(&obj, exclude) {
+            push_bounded(
+                &mut self.diag.skipped,
+                (obj.display_name().to_owned(), reason),
+            );
+            return self.enter(obj, link_map, None);
+        }
+        let built = ObjectIndex::build(obj.clone(), Some(&self.wanted));
+        self.enter(obj, link_map, Some(built))
+    }
+
+    /// Take a new object into the cache with its index as built (`None`: left alone on
+    /// purpose), noting what the diagnostics report about it. Returns its index when it has one.
+    fn enter(
+        &mut self,
+        obj: Arc<LoadedObject>,
+        link_map: usize,
+        built: Option<Result<ObjectIndex>>,
+    ) -> Option<Arc<ObjectIndex>> {
+        let index = match built {
+            None => None,
+            Some(Ok(idx)) => {
+                let idx = Arc::new(idx);
+                self.diag.objects_indexed += 1;
+                if idx.text_references > 0 {
+                    let name = obj.display_name().to_owned();
+                    crate::log!(
+                            crate::log::Level::Warn,
+                            "{name} has {} text relocation(s) of hooked functions: code is never made writable, so calls made through them are not seen",
+                            idx.text_references
+                        );
+                    push_bounded(&mut self.diag.text_relocations, (name, idx.text_references));
+                }
+                if idx.has_canonical_plt() {
+                    self.canonical.push(idx.clone());
+                }
+                Some(idx)
+            }
+            Some(Err(e)) => {
+                push_bounded(&mut self.diag.unreadable, e.to_string());
+                None
+            }
+        };
+        let base = obj.base;
+        self.known
+            .get_or_insert_with(HashMap::new)
+            .entry(base)
+            .or_default()
+            .push(Known {
+                object: obj,
+                index: index.clone(),
+                link_map: 0,
+            });
+        if link_map != 0 {
+            self.learn_link_map(base, link_map);
+        }
+        index
+    }
+
+    /// Remember which link map the known object at `base` has (the last one admitted there).
+    fn learn_link_map(&mut self, base: usize, link_map: usize) {
+        if let Some(k) = self
+            .known
+            .as_mut()
+            .and_then(|m| m.get_mut(&base))
+            .and_then(|v| v.last_mut())
+        {
+            k.link_map = link_map;
+            self.by_link_map
+                .get_or_insert_with(HashMap::new)
+                .insert(link_map, base);
+        }
+    }
+
+    /// Forget an unloaded object: its cache entry and its journal entries (those slots no
+    /// longer exist).
+    fn forget(&mut self, obj: &Arc<LoadedObject>) {
+        if let Some(list) = self.known.as_mut().and_then(|m| m.get_mut(&obj.base)) {
+            if let Some(pos) = list.iter().position(|k| Arc::ptr_eq(&k.object, obj)) {
+                let k = list.swap_remove(pos);
+                if list.is_empty() {
+                    self.known.as_mut().map(|m| m.remove(&obj.base));
+                }
+                if k.link_map != 0 {
+                    if let Some(m) = &mut self.by_link_map {
+                        if m.get(&k.link_map) == Some(&obj.base) {
+                            m.remove(&k.link_map);
+                        }
+                    }
+                }
+                if k.index.as_ref().is_some_and(|i| i.has_canonical_plt()) {
+                    self.canonical.retain(|c| !Arc::ptr_eq(&c.object, obj));
+                }
+            }
+        }
+        self.journal.forget_object(obj);
+    }
+
+    /// Sync the object cache with the loader's list (a snapshot whose removal counter was
+    /// `subs`): drop what was unloaded (and its journal entries), index what is new. Linear in
+    /// the number of objects. Returns (all, new, and the pins taken for the new ones).
+    ///
+    /// No new object is read unless something keeps it mapped. A few (after a `dlopen`)
+    /// are pinned by name first. Many (the first install into a big process) are read from
+    /// inside walks of the loader's list, under its lock, into storage reserved beforehand
+    /// (`batch::index_listed`): pinning each by name would cost O(N²). Those no walk could
+    /// vouch for are pinned by name, or left alone when they are gone.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn sync_cache(
+        &mut self,
+        objects: &[Arc<LoadedObject>],
+        subs: u64,
+    ) -> (
+        Vec<Arc<ObjectIndex>>,
+        Vec<Arc<ObjectIndex>>,
+        Vec<Option<Pin>>,
+    ) {
+        let mut present: HashSet<usize> = HashSet::with_capacity(objects.len());
+        let (mut all, mut fresh) = (Vec::new(), Vec::new());
+        for obj in objects {
+            if let Some(k) = self.find_known(obj.base, &obj.name) {
+                present.insert(Arc::as_ptr(&k.object) as usize);
+                all.extend(k.index.clone());
+            } else {
+                fresh.push(obj.clone());
+            }
+        }
+        let gone: Vec<Arc<LoadedObject>> = self
+            .known
+            .iter()
+            .flat_map(|m| m.values().flatten())
+            .filter(|k| !present.contains(&(Arc::as_ptr(&k.object) as usize)))
+            .map(|k| k.object.clone())
+            .collect();
+        for g in &gone {
+            self.forget(g);
+        }
+        let exclude = if fresh.is_empty() {
+            Vec::new()
+        } else {
+            exclude_list()
+        };
+        let readable: Vec<bool> = fresh
+            .iter()
+            .map(|o| skip_reason(o, &exclude).is_none())
+            .collect();
+        // Many new objects: read them from inside walks of the loader's list.
+        let mut walked: Vec<Option<Result<ObjectIndex>>> = fresh.iter().map(|_| None).collect();
+        if fresh.len() > PIN_BEFORE_INDEX {
+            let listed: Vec<Arc<LoadedObject>> = fresh
+                .iter()
+                .zip(&readable)
+                .filter(|(_, r)| **r)
+                .map(|(o, _)| o.clone())
+                .collect();
+            let mut read = batch::index_listed(&listed, &self.wanted, subs).into_iter();
+            for (w, r) in walked.iter_mut().zip(&readable) {
+                if *r {
+                    *w = read.next().flatten();
+                }
+            }
+        }
+        let (mut new, mut pins) = (Vec::new(), Vec::new());
+        for ((obj, readable), walked) in fresh.into_iter().zip(readable).zip(walked) {
+            let (index, pin) = if !readable {
+                (self.admit(obj, 0, &exclude), None)
+            } else if let Some(built) = walked {
+                (self.enter(obj, 0, Some(built)), None)
+            } else {
+                let Some(pin) = Pin::object(&obj) else {
+                    // Gone already, or not reachable by name: never read it.
+                    push_bounded(&mut self.diag.unpinnable, obj.display_name().to_owned());
+                    continue;
+                };
+                (self.admit(obj, 0, &exclude), Some(pin))
+            };
+            if let Some(idx) = index {
+                all.push(idx.clone());
+                new.push(idx);
+                pins.push(pin);
+            }
+        }
+        (all, new, pins)
+    }
+
+    /// Patch objects loaded since the last scan until the loader's counters stop moving.
+    pub(super) fn sync_until_stable(&mut self) -> usize {
+        let mut patched = 0;
+        for _ in 0..16 {
+            let counters = elf::counters();
+            if counters == self.last_counters {
+                break;
+            }
+            self.diag.rescans += 1;
+            patched += self.sync().1;
+        }
+        patched
+    }
+
+    /// The `dlopen` fast path (see [`super::rescan_opened`]).
+    ///
+    /// # Safety
+    /// As [`super::rescan_opened`].
+    #[allow(unsafe_code)]
+    pub(super) unsafe fn sync_opened(&mut self, handle: *mut c_void) -> usize {
+        let now = elf::counters();
+        let last = self.last_counters;
+        if now.subs == last.subs && now.adds == last.adds.wrapping_add(1) && self.known.is_some() {
+            // SAFETY: the caller holds `handle` open for the whole call.
+            let pin = unsafe { Pin::borrowed(handle) };
+            if let Some((obj, link_map)) = pin.describe() {
+                if self.find_known(obj.base, &obj.name).is_none() {
+                    // One object was added since the last scan and this one is new: it is that
+                    // object.
+                    self.diag.quick_scans += 1;
+                    self.last_counters = now;
+                    let exclude = exclude_list();
+                    let patched = match self.admit(Arc::new(obj), link_map, &exclude) {
+                        Some(idx) if matters(&idx) => self.patch_new(Batch::pinned(idx, pin)),
+                        _ => 0,
+                    };
+                    return patched + self.sync_until_stable();
+                }
+            }
+        }
+        self.sync_until_stable()
+    }
+
+    /// The `dlclose` fast path (see [`super::rescan_closed`]).
+    pub(super) fn sync_closed(&mut self, link_map: usize) -> usize {
+        let now = elf::counters();
+        let last = self.last_counters;
+        if now.adds == last.adds && now.subs == last.subs.wrapping_add(1) {
+            let obj = self
+                .by_link_map
+                .as_ref()
+                .and_then(|m| m.get(&link_map))
+                .and_then(|&base| self.known.as_ref()?.get(&base))
+                .and_then(|v| v.iter().find(|k| k.link_map == link_map))
+                .map(|k| k.object.clone());
+            if let Some(obj) = obj {
+                let probe = obj.segments().next().map(|(start, _, _)| start);
+                // Gone when no object covers its first segment any more, or another one does.
+                let gone = probe
+                    .and_then(object_at)
+                    .is_some_and(|found| found != Some(link_map));
+                if gone {
+                    self.diag.quick_scans += 1;
+                    self.forget(&obj);
+                    self.last_counters = now;
+                }
+            }
+        }
+        self.sync_until_stable()
+    }
+
+    /// Take a snapshot of the loaded objects and sync with it: unloaded objects are forgotten,
+    /// new ones indexed and patched with every installed set. Returns every known object and
+    /// the number of slots patched.
+    pub(super) fn sync(&mut self) -> (Vec<Arc<ObjectIndex>>, usize) {
+        let snap = elf::snapshot();
+        let (all, new, pins) = self.sync_cache(&snap.objects, snap.counters.subs);
+        self.last_counters = snap.counters;
+        // Nothing to apply before the first set is installed.
+        if self.sets.is_empty() {
+            return (all, 0);
+        }
+        let (new, pins): (Vec<_>, Vec<_>) = new
+            .into_iter()
+            .zip(pins)
+            .filter(|(i, _)| matters(i))
+            .unzip();
+        let batch = Batch::with_pins(new, pins, self.last_counters.subs);
+        let patched = self.patch_new(batch);
+        (all, patched)
+    }
+}
