@@ -28,12 +28,13 @@ mod loader;
 mod resolver;
 mod set;
 mod skip;
+mod substitution;
 
 use std::time::Duration;
 
 pub use diagnostics::{Conflict, Diagnostics, ForeignSlot};
 pub use engine::UninstallReport;
-pub use interpose::DL_SET_NAME;
+pub use engine::DL_SET_NAME;
 
 /// Run `read` on `object` while it is pinned (a concurrent `dlclose` cannot unmap it meanwhile);
 /// `None` when it is already gone or cannot be pinned. For readers outside the engine (the exit
@@ -52,7 +53,7 @@ pub(crate) fn while_pinned<T>(
 /// original is `address`, else `address` itself. This is what `dlsym` and `cuGetProcAddress`
 /// return through cuhook.
 pub fn substitute(address: usize) -> usize {
-    interpose::substitute(address)
+    substitution::substitute(address)
 }
 pub use set::{Hook, HookSet, OriginalStore};
 pub use skip::{exclude_list, set_exclude_list, skip_reason, SkipReason};
@@ -100,7 +101,7 @@ impl Drop for Installation {
 /// Install `set` into every loaded object (except cuhook's own object, the vDSO, the loader and
 /// excluded objects). Installing a set equal to an installed one only adds a reference.
 pub fn install(set: &HookSet) -> Result<Installation> {
-    engine::install(set).map(|id| Installation { id, active: true })
+    engine::install(set, interpose::dl_hook_set).map(|id| Installation { id, active: true })
 }
 
 /// Uninstall by id (for C callers that keep ids rather than guards).

@@ -21,7 +21,6 @@ use crate::patch::{Journal, JournalEntry};
 use crate::{Error, Result};
 
 use super::diagnostics::{push_bounded, Diagnostics, ForeignSlot};
-use super::interpose::{dl_hook_set, DL_SET_NAME};
 use super::set::HookSet;
 
 pub(crate) use operation::Operation;
@@ -91,8 +90,12 @@ fn busy() -> Error {
     Error::Busy
 }
 
-/// Install `set` into every loaded object; see [`crate::hooks::install`].
-pub(crate) fn install(set: &HookSet) -> Result<u64> {
+/// Name of the internal hook set: the loader interposers.
+pub const DL_SET_NAME: &str = "cuhook-dl";
+
+/// Install `set` into every loaded object; see [`crate::hooks::install`]. `loader_set` makes
+/// the loader interposers' set (named [`DL_SET_NAME`]), installed with the first set.
+pub(crate) fn install(set: &HookSet, loader_set: fn() -> HookSet) -> Result<u64> {
     if set.name == DL_SET_NAME {
         return Err(Error::InvalidHookSet {
             reason: format!(
@@ -106,7 +109,7 @@ pub(crate) fn install(set: &HookSet) -> Result<u64> {
         s.refs += 1;
         return Ok(s.id);
     }
-    let dl_set = dl_hook_set();
+    let dl_set = loader_set();
     st.want(&dl_set);
     st.want(set);
     let (all, _) = st.sync();

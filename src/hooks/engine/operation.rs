@@ -5,8 +5,8 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::hooks::interpose::publish;
 use crate::hooks::loader::clear_dlerror;
+use crate::hooks::substitution::publish;
 
 use super::{State, SCANNED_ADDS, SCANNED_SUBS, STATE};
 
@@ -61,7 +61,7 @@ extern "C" fn prepare_fork() {
     loop {
         if let Some(guard) = STATE.try_lock() {
             std::mem::forget(guard);
-            crate::hooks::interpose::hold_for_fork();
+            crate::hooks::substitution::hold_for_fork();
             HELD_FOR_FORK.store(true, Ordering::Release);
             return;
         }
@@ -78,7 +78,7 @@ extern "C" fn after_fork() {
         // SAFETY: `prepare_fork` took both locks on this thread just before the fork.
         #[allow(unsafe_code)]
         unsafe {
-            crate::hooks::interpose::release_after_fork();
+            crate::hooks::substitution::release_after_fork();
             STATE.force_unlock();
         }
     }

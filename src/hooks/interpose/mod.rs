@@ -14,7 +14,6 @@
 mod as_caller;
 mod caller;
 mod entry;
-mod substitute;
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr, CString};
@@ -22,12 +21,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-pub(crate) use substitute::{hold_for_fork, publish, release_after_fork, substitute};
+use super::engine::DL_SET_NAME;
+use super::substitution::substitute;
 
 use super::set::{Hook, HookSet};
-
-/// Name of the internal hook set.
-pub const DL_SET_NAME: &str = "cuhook-dl";
 
 /// How long a loader call waits for a busy engine before leaving its new objects to the
 /// running operation's catch-up scan.

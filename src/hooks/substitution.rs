@@ -4,7 +4,7 @@
 //! lock (nothing is called while it is held), so `dlsym` never waits on the patch lock, which
 //! may be held across loader calls.
 
-use crate::hooks::set::HookSet;
+use super::set::HookSet;
 
 #[derive(Clone, Copy)]
 struct Substitution {
