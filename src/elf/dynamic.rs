@@ -11,6 +11,7 @@ use goblin::elf64::dynamic::Dyn;
 use libc::PT_DYNAMIC;
 
 use super::image::Image;
+use super::records::Rel;
 use super::snapshot::LoadedObject;
 
 /// A relocation table: address, size in bytes, entry size, and whether entries carry addends.
@@ -68,57 +69,6 @@ impl RelocTables {
 /// walks of the loader's list, where nothing may allocate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BadTables(pub &'static str);
-
-/// `Elf64_Rel` (goblin's is not `Copy`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct Rel {
-    pub r_offset: u64,
-    pub r_info: u64,
-}
-
-/// `Elf64_Verneed`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct Verneed {
-    pub vn_version: u16,
-    pub vn_cnt: u16,
-    pub vn_file: u32,
-    pub vn_aux: u32,
-    pub vn_next: u32,
-}
-
-/// `Elf64_Vernaux`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct Vernaux {
-    pub vna_hash: u32,
-    pub vna_flags: u16,
-    pub vna_other: u16,
-    pub vna_name: u32,
-    pub vna_next: u32,
-}
-
-/// `Elf64_Verdef`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct Verdef {
-    pub vd_version: u16,
-    pub vd_flags: u16,
-    pub vd_ndx: u16,
-    pub vd_cnt: u16,
-    pub vd_hash: u32,
-    pub vd_aux: u32,
-    pub vd_next: u32,
-}
-
-/// `Elf64_Verdaux`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct Verdaux {
-    pub vda_name: u32,
-    pub vda_next: u32,
-}
 
 /// Upper bound on dynamic entries we read (real objects have a few dozen).
 const MAX_DYN: usize = 4096;

@@ -11,6 +11,7 @@
 
 use libc::PF_R;
 
+use super::records::Plain;
 use super::snapshot::LoadedObject;
 
 /// Most objects have at most this many readable `PT_LOAD` segments (four is usual); more are
@@ -113,18 +114,3 @@ pub fn segments_contain(obj: &LoadedObject, needle: &[u8]) -> bool {
             finder.find(bytes).is_some()
         })
 }
-
-/// Types for which every bit pattern is a valid value (ELF records and integers).
-pub(crate) trait Plain {}
-impl Plain for u16 {}
-impl Plain for u32 {}
-impl Plain for u64 {}
-impl Plain for usize {}
-impl Plain for goblin::elf64::dynamic::Dyn {}
-impl Plain for goblin::elf64::reloc::Rela {}
-impl Plain for super::dynamic::Rel {}
-impl Plain for goblin::elf64::sym::Sym {}
-impl Plain for super::dynamic::Verneed {}
-impl Plain for super::dynamic::Vernaux {}
-impl Plain for super::dynamic::Verdef {}
-impl Plain for super::dynamic::Verdaux {}

@@ -7,9 +7,11 @@ mod dynamic;
 mod image;
 mod index;
 mod protection;
+mod records;
 mod room;
 mod snapshot;
 mod symbols;
+mod versions;
 
 pub use dynamic::{absolute, BadTables, DynamicTables, RelocTable};
 pub use image::segments_contain;

@@ -8,9 +8,9 @@ use goblin::elf64::sym::Sym;
 
 use super::dynamic::DynamicTables;
 use super::image::Image;
-use super::index::VersionNames;
 use super::room::{push, Full};
 use super::snapshot::LoadedObject;
+use super::versions::VersionNames;
 
 /// Bound on hash-chain walks (corrupt tables must not loop forever).
 const MAX_CHAIN: usize = 1 << 20;
