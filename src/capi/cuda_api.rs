@@ -78,7 +78,7 @@ fn c_adapter(target: usize, ev: &MemEvent, arg: usize) {
     // SAFETY: `target` is the address of a `cuhook_event_callback_t` given to
     // cuhook_set_event_handler, valid until it is unset.
     unsafe {
-        std::mem::transmute::<usize, CCallback>(target)(ev.kind as c_int, &c, arg as *mut c_void)
+        crate::sys::func::fn_at::<CCallback>(target)(ev.kind as c_int, &c, arg as *mut c_void)
     };
 }
 

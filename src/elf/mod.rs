@@ -20,5 +20,4 @@ pub(crate) use protection::errno_of;
 pub use protection::{letters, readable_parts, ProtectionMap};
 pub use room::Full;
 pub use snapshot::{counters, snapshot, Counters, LoadedObject, Snapshot};
-pub(crate) use snapshot::{has_counters, name_bytes};
 pub use symbols::defines;

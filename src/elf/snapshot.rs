@@ -1,15 +1,15 @@
 //! A copy of the loader's list of objects, taken with `dl_iterate_phdr`.
 //!
-//! # Safety
-//! `dl_iterate_phdr` hands the callback raw pointers that are valid only during the call. The
-//! callback copies them into storage reserved *before* the walk (so it never allocates while the
-//! loader's lock is held: UCX #3517 deadlocked doing otherwise) and does no other work.
-#![allow(unsafe_code)]
+//! What the walk shows is valid only during it, so each object is copied into storage reserved
+//! *before* the walk: nothing allocates while the loader's lock is held (UCX #3517 deadlocked
+//! doing otherwise).
 
-use std::ffi::c_int;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use libc::{dl_phdr_info, Elf64_Phdr, PT_LOAD};
+use libc::{Elf64_Phdr, PT_LOAD};
+
+use crate::sys::dl::{self, Listed};
 
 /// One loaded ELF object as the loader reported it.
 #[derive(Debug, Clone)]
@@ -112,87 +112,37 @@ struct Sizes {
     phdrs: usize,
 }
 
-/// Longest object name we copy; longer ones are truncated (PATH_MAX).
-const MAX_NAME: usize = 4096;
-
-pub(crate) fn has_counters(size: usize) -> bool {
-    size >= std::mem::offset_of!(dl_phdr_info, dlpi_subs) + std::mem::size_of::<u64>()
-}
-
-/// # Safety
-/// `info.dlpi_name` must be NULL or a NUL-terminated string (the loader guarantees it).
-pub(crate) unsafe fn name_bytes(info: &dl_phdr_info) -> &[u8] {
-    if info.dlpi_name.is_null() {
-        return &[];
-    }
-    // The readable extent past the NUL is unknown, so scan byte by byte, at most MAX_NAME bytes.
-    let mut len = 0usize;
-    while len < MAX_NAME {
-        // SAFETY: every byte before the terminating NUL and the NUL itself are readable.
-        let b = unsafe { *info.dlpi_name.add(len).cast::<u8>() };
-        if b == 0 {
-            break;
-        }
-        len += 1;
-    }
-    // SAFETY: the first `len` bytes were just read one by one.
-    unsafe { std::slice::from_raw_parts(info.dlpi_name.cast::<u8>(), len) }
-}
-
-unsafe extern "C" fn count_cb(
-    info: *mut dl_phdr_info,
-    _size: usize,
-    data: *mut libc::c_void,
-) -> c_int {
-    // SAFETY: dl_iterate_phdr passes a valid info pointer and our `data`, a `&mut Sizes`.
-    let (info, sizes) = unsafe { (&*info, &mut *data.cast::<Sizes>()) };
-    sizes.objects += 1;
-    // SAFETY: the name comes from the loader (see `name_bytes`).
-    sizes.name_bytes += unsafe { name_bytes(info) }.len();
-    sizes.phdrs += info.dlpi_phnum as usize;
-    0
-}
-
-unsafe extern "C" fn collect_cb(
-    info: *mut dl_phdr_info,
-    size: usize,
-    data: *mut libc::c_void,
-) -> c_int {
-    // SAFETY: dl_iterate_phdr passes a valid info pointer and our `data`, a `&mut Collector`.
-    let (info, c) = unsafe { (&*info, &mut *data.cast::<Collector>()) };
-    if c.entries.is_empty() && has_counters(size) {
+/// Copy one listed object into the reserved storage; `Break` when it does not fit.
+fn collect(c: &mut Collector, o: &Listed<'_>) -> ControlFlow<()> {
+    if c.entries.is_empty() && o.has_counters {
         c.counters = Counters {
-            adds: info.dlpi_adds,
-            subs: info.dlpi_subs,
+            adds: o.info.dlpi_adds,
+            subs: o.info.dlpi_subs,
         };
     }
-    // SAFETY: the name comes from the loader (see `name_bytes`).
-    let name = unsafe { name_bytes(info) };
-    let phnum = info.dlpi_phnum as usize;
+    let name = o.name();
+    let phnum = o.info.dlpi_phnum as usize;
     let fits = c.entries.len() < c.entries.capacity()
         && c.names.capacity() - c.names.len() >= name.len()
         && c.phdrs.capacity() - c.phdrs.len() >= phnum;
     if !fits {
         c.overflow = true;
-        return 1;
+        return ControlFlow::Break(());
     }
-    let entry = RawEntry {
-        base: info.dlpi_addr as usize,
+    c.entries.push(RawEntry {
+        base: o.info.dlpi_addr as usize,
         name_off: c.names.len(),
         name_len: name.len(),
         phdr_off: c.phdrs.len(),
         phnum,
-    };
+    });
     c.names.extend_from_slice(name);
-    if phnum > 0 && !info.dlpi_phdr.is_null() {
-        // SAFETY: the loader's program headers array has `dlpi_phnum` entries.
-        let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, phnum) };
-        c.phdrs.extend_from_slice(phdrs);
-    } else {
-        c.phdrs.resize(c.phdrs.len() + phnum, ZERO_PHDR);
-    }
-    c.entries.push(entry);
-    0
+    let phdrs = o.program_headers();
+    c.phdrs.extend_from_slice(phdrs);
+    // A missing array still takes its place (phnum entries).
+    c.phdrs
+        .resize(c.phdrs.len() + phnum - phdrs.len(), ZERO_PHDR);
+    ControlFlow::Continue(())
 }
 
 const ZERO_PHDR: Elf64_Phdr = Elf64_Phdr {
@@ -206,27 +156,18 @@ const ZERO_PHDR: Elf64_Phdr = Elf64_Phdr {
     p_align: 0,
 };
 
-unsafe extern "C" fn counters_cb(
-    info: *mut dl_phdr_info,
-    size: usize,
-    data: *mut libc::c_void,
-) -> c_int {
-    // SAFETY: dl_iterate_phdr passes a valid info pointer and our `data`, a `&mut Counters`.
-    let (info, out) = unsafe { (&*info, &mut *data.cast::<Counters>()) };
-    if has_counters(size) {
-        *out = Counters {
-            adds: info.dlpi_adds,
-            subs: info.dlpi_subs,
-        };
-    }
-    1
-}
-
 /// The loader's add/remove counters: a cheap "did anything change" test.
 pub fn counters() -> Counters {
     let mut out = Counters::default();
-    // SAFETY: the callback matches dl_iterate_phdr's contract and `out` outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(counters_cb), (&mut out as *mut Counters).cast()) };
+    let _ = dl::iterate(&mut |o: &Listed<'_>| {
+        if o.has_counters {
+            out = Counters {
+                adds: o.info.dlpi_adds,
+                subs: o.info.dlpi_subs,
+            };
+        }
+        ControlFlow::Break(())
+    });
     out
 }
 
@@ -234,8 +175,12 @@ pub fn counters() -> Counters {
 pub fn snapshot() -> Snapshot {
     loop {
         let mut sizes = Sizes::default();
-        // SAFETY: the callback matches dl_iterate_phdr's contract and `sizes` outlives the call.
-        unsafe { libc::dl_iterate_phdr(Some(count_cb), (&mut sizes as *mut Sizes).cast()) };
+        let _ = dl::iterate(&mut |o: &Listed<'_>| {
+            sizes.objects += 1;
+            sizes.name_bytes += o.name().len();
+            sizes.phdrs += o.info.dlpi_phnum as usize;
+            ControlFlow::Continue(())
+        });
         // Slack absorbs objects loaded between the two walks; on overflow we simply retry.
         let mut c = Collector {
             entries: Vec::with_capacity(sizes.objects + 16),
@@ -244,8 +189,7 @@ pub fn snapshot() -> Snapshot {
             counters: Counters::default(),
             overflow: false,
         };
-        // SAFETY: as above; `c` outlives the call.
-        unsafe { libc::dl_iterate_phdr(Some(collect_cb), (&mut c as *mut Collector).cast()) };
+        let _ = dl::iterate(&mut |o: &Listed<'_>| collect(&mut c, o));
         if c.overflow {
             continue;
         }

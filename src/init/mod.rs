@@ -11,7 +11,6 @@ pub mod config;
 
 use crate::log;
 
-use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use crate::log::Level;
@@ -67,22 +66,10 @@ fn secure_execution() -> bool {
 /// Whether our code lives in a shared object named `libcuhook*.so` (not in a program or a host
 /// library that links cuhook statically and decides for itself).
 fn loaded_as_libcuhook() -> bool {
-    let mut info: libc::Dl_info = libc::Dl_info {
-        dli_fname: std::ptr::null(),
-        dli_fbase: std::ptr::null_mut(),
-        dli_sname: std::ptr::null(),
-        dli_saddr: std::ptr::null_mut(),
-    };
-    // SAFETY: dladdr fills `info` for an address of our own code.
-    #[allow(unsafe_code)]
-    let ok =
-        unsafe { libc::dladdr(constructor as *const () as *const libc::c_void, &mut info) } != 0;
-    if !ok || info.dli_fname.is_null() {
+    let Some(path) = crate::sys::dl::file_containing(constructor as *const () as usize) else {
         return false;
-    }
-    // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
-    #[allow(unsafe_code)]
-    let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
+    };
+    let path = path.as_slice();
     let file = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
     file.starts_with(b"libcuhook") && memchr::memmem::find(file, b".so").is_some()
 }

@@ -1,110 +1,20 @@
 //! What glibc would have done for the *caller*: its library search path for bare `dlopen`
 //! names (RPATH/RUNPATH with `$ORIGIN`), and the objects after it for `RTLD_NEXT`.
 //!
-//! # Safety
-//! `dladdr1`/`dlinfo` are called with addresses and handles that glibc gave us; a `link_map`
-//! pointer is what glibc's handles are, and the first five fields of `struct link_map` are
-//! public ABI (`<link.h>`). The `Dl_serinfo` buffer is sized by `RTLD_DI_SERINFOSIZE` first.
+//! The loader calls live in `crate::sys::dl`; a link map found for an address is its object's
+//! handle (glibc's handles are link maps).
 #![allow(unsafe_code)]
 
-use std::ffi::{c_char, c_uint, c_void, CStr, CString};
+use std::ffi::{c_void, CStr, CString};
 
 use super::super::loader::Pin;
 use crate::elf;
-
-/// `struct link_map`'s public head.
-#[repr(C)]
-struct LinkMap {
-    l_addr: usize,
-    l_name: *const c_char,
-    l_ld: *mut c_void,
-    l_next: *mut LinkMap,
-    l_prev: *mut LinkMap,
-}
-
-/// `Dl_serpath`.
-#[repr(C)]
-struct SerPath {
-    dls_name: *const c_char,
-    dls_flags: c_uint,
-}
-
-/// `Dl_serinfo` header (followed by `dls_cnt` `SerPath`s).
-#[repr(C)]
-struct SerInfo {
-    dls_size: usize,
-    dls_cnt: c_uint,
-    dls_serpath: [SerPath; 1],
-}
-
-const RTLD_DL_LINKMAP: libc::c_int = 2;
-
-/// The link map of the object containing `address`.
-fn link_map_of(address: usize) -> Option<*mut LinkMap> {
-    // SAFETY: Dl_info is plain data (pointers); all-zero is a valid value.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    let mut map: *mut LinkMap = std::ptr::null_mut();
-    // SAFETY: dladdr1 writes a Dl_info and, with RTLD_DL_LINKMAP, a `struct link_map *`.
-    let ok = unsafe {
-        libc::dladdr1(
-            address as *const c_void,
-            &mut info,
-            (&mut map as *mut *mut LinkMap).cast(),
-            RTLD_DL_LINKMAP,
-        )
-    };
-    (ok != 0 && !map.is_null()).then_some(map)
-}
+use crate::sys::dl;
 
 /// The object (its link map, as a number) whose loaded segments contain `address`, as glibc
 /// attributes addresses to objects.
 pub fn object_of(address: usize) -> Option<usize> {
-    link_map_of(address).map(|m| m as usize)
-}
-
-/// The directories glibc searches for a bare name opened by the object at `handle`, in order.
-fn search_list(handle: *mut c_void) -> Vec<CString> {
-    let mut probe = SerInfo {
-        dls_size: 0,
-        dls_cnt: 0,
-        dls_serpath: [SerPath {
-            dls_name: std::ptr::null(),
-            dls_flags: 0,
-        }],
-    };
-    // SAFETY: RTLD_DI_SERINFOSIZE fills dls_size and dls_cnt of the header.
-    if unsafe {
-        libc::dlinfo(
-            handle,
-            libc::RTLD_DI_SERINFOSIZE,
-            (&mut probe as *mut SerInfo).cast(),
-        )
-    } != 0
-    {
-        return Vec::new();
-    }
-    let words = probe
-        .dls_size
-        .div_ceil(std::mem::size_of::<usize>())
-        .max(std::mem::size_of::<SerInfo>());
-    let mut buf = vec![0usize; words];
-    let info = buf.as_mut_ptr().cast::<SerInfo>();
-    // SAFETY: the buffer is at least dls_size bytes and aligned for SerInfo; glibc requires the
-    // header to be initialised from the SIZE call before the SERINFO call.
-    unsafe {
-        (*info).dls_size = probe.dls_size;
-        (*info).dls_cnt = probe.dls_cnt;
-        if libc::dlinfo(handle, libc::RTLD_DI_SERINFO, info.cast()) != 0 {
-            return Vec::new();
-        }
-        let paths = std::ptr::addr_of!((*info).dls_serpath).cast::<SerPath>();
-        (0..(*info).dls_cnt as usize)
-            .filter_map(|i| {
-                let p = &*paths.add(i);
-                (!p.dls_name.is_null()).then(|| CStr::from_ptr(p.dls_name).to_owned())
-            })
-            .collect()
-    }
+    dl::link_map_containing(address).map(|m| m as usize)
 }
 
 /// Directories to try, in order, before handing a bare name to the real `dlopen` from our own
@@ -112,17 +22,22 @@ fn search_list(handle: *mut c_void) -> Vec<CString> {
 /// RPATH/RUNPATH entries, and whatever precedes them, such as LD_LIBRARY_PATH). Empty when the
 /// caller searches exactly like us.
 pub fn caller_only_dirs(caller: usize) -> Vec<CString> {
-    let Some(caller_map) = link_map_of(caller) else {
+    let Some(caller_map) = dl::link_map_containing(caller) else {
         return Vec::new();
     };
-    let Some(own_map) = link_map_of(caller_only_dirs as *const () as usize) else {
+    let Some(own_map) = dl::link_map_containing(caller_only_dirs as *const () as usize) else {
         return Vec::new();
     };
     if caller_map == own_map {
         return Vec::new();
     }
-    let theirs = search_list(caller_map.cast());
-    let ours = search_list(own_map.cast());
+    // SAFETY: link maps of loaded objects (the caller's and ours) are their live handles.
+    let (theirs, ours) = unsafe {
+        (
+            dl::search_path(caller_map.cast()),
+            dl::search_path(own_map.cast()),
+        )
+    };
     match theirs.iter().rposition(|d| !ours.contains(d)) {
         Some(last) => theirs[..=last].to_vec(),
         None => Vec::new(),
@@ -130,27 +45,12 @@ pub fn caller_only_dirs(caller: usize) -> Vec<CString> {
 }
 
 /// The path the loader recorded for the object behind a `dlopen`/`dlmopen` handle.
-pub fn object_path(handle: *mut c_void) -> Option<String> {
-    let mut map: *const LinkMap = std::ptr::null();
-    // SAFETY: RTLD_DI_LINKMAP stores the handle's `struct link_map *`.
-    let rc = unsafe {
-        libc::dlinfo(
-            handle,
-            libc::RTLD_DI_LINKMAP,
-            (&mut map as *mut *const LinkMap).cast(),
-        )
-    };
-    if rc != 0 || map.is_null() {
-        return None;
-    }
-    // SAFETY: the link map is live while the handle is open; l_name is NUL-terminated.
-    let name = unsafe { (*map).l_name };
-    (!name.is_null()).then(|| {
-        // SAFETY: a non-null l_name of a live link map is a NUL-terminated string.
-        unsafe { CStr::from_ptr(name) }
-            .to_string_lossy()
-            .into_owned()
-    })
+///
+/// # Safety
+/// `handle` is live (the caller holds it open).
+pub unsafe fn object_path(handle: *mut c_void) -> Option<String> {
+    // SAFETY: as the caller promises.
+    unsafe { dl::base_and_name(handle) }.map(|(_, name)| name)
 }
 
 /// `$ORIGIN` of the caller: the directory of the object containing `caller`.
@@ -200,7 +100,7 @@ pub fn next_definition(caller: usize, symbol: &CStr, version: Option<&CStr>) -> 
 /// The caller's own handle (its link map), for lookups in the caller's scope; `None` for our own
 /// object.
 pub fn handle_of(caller: usize) -> Option<*mut c_void> {
-    let map = link_map_of(caller)?;
-    let own = link_map_of(handle_of as *const () as usize)?;
+    let map = dl::link_map_containing(caller)?;
+    let own = dl::link_map_containing(handle_of as *const () as usize)?;
     (map != own).then_some(map.cast())
 }

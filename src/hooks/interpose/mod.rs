@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use super::engine::DL_SET_NAME;
 use super::substitution::substitute;
+use crate::sys::dl::linked;
 
 use super::set::{Hook, HookSet};
 
@@ -73,7 +74,7 @@ macro_rules! real {
             // SAFETY: the engine stores only the address of the real function of this name and
             // signature (resolved with dlsym), never anything else.
             #[allow(unsafe_code)]
-            unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> $r>(p) }
+            unsafe { crate::sys::func::fn_at::<unsafe extern "C" fn($($t),*) -> $r>(p) }
         }
     }};
 }
@@ -81,31 +82,31 @@ macro_rules! real {
 fn real_dlopen() -> unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void {
     real!(
         REAL_DLOPEN,
-        libc::dlopen,
+        linked::dlopen,
         fn(*const c_char, c_int) -> *mut c_void
     )
 }
 fn real_dlmopen() -> unsafe extern "C" fn(c_long, *const c_char, c_int) -> *mut c_void {
     real!(
         REAL_DLMOPEN,
-        libc::dlmopen,
+        linked::dlmopen,
         fn(c_long, *const c_char, c_int) -> *mut c_void
     )
 }
 fn real_dlclose() -> unsafe extern "C" fn(*mut c_void) -> c_int {
-    real!(REAL_DLCLOSE, libc::dlclose, fn(*mut c_void) -> c_int)
+    real!(REAL_DLCLOSE, linked::dlclose, fn(*mut c_void) -> c_int)
 }
 fn real_dlsym() -> unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void {
     real!(
         REAL_DLSYM,
-        libc::dlsym,
+        linked::dlsym,
         fn(*mut c_void, *const c_char) -> *mut c_void
     )
 }
 fn real_dlvsym() -> unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void {
     real!(
         REAL_DLVSYM,
-        libc::dlvsym,
+        linked::dlvsym,
         fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void
     )
 }
@@ -225,7 +226,10 @@ fn open_and_patch(
             let handle = open_as_caller(caller, file, open);
             after_open(handle, &depth);
             if !handle.is_null() && namespace != libc::LM_ID_BASE {
-                if let Some(path) = caller::object_path(handle) {
+                // SAFETY: the handle the real dlmopen just returned, not yet handed out.
+                #[allow(unsafe_code)]
+                let path = unsafe { caller::object_path(handle) };
+                if let Some(path) = path {
                     super::engine::note_other_namespace(path, Some(PATIENCE));
                 }
             }
