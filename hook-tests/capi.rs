@@ -59,6 +59,13 @@ fn run_fixture(source: &str) -> common::Run {
     }
 }
 
+/// The structs of the installed header have the layout the library asserts at its own compile
+/// time (src/capi/layout.rs): fixtures/capi/layout.c does not compile otherwise.
+#[test]
+fn the_header_structs_have_the_layout_the_library_asserts() {
+    run_fixture("layout.c").assert_passed(&["header_layouts"]);
+}
+
 #[test]
 fn c_program_linked_to_libcuhook_uses_the_whole_api() {
     // CUHOOK_DISABLE keeps the constructor from installing, so the program tests install itself.

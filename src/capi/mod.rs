@@ -4,6 +4,7 @@
 mod classify_api;
 mod cuda_api;
 mod engine_api;
+mod layout;
 mod status;
 
 pub use cuda_api::{CMemEvent, CMemInfo};

@@ -87,3 +87,19 @@ pub struct Verdaux {
     pub vda_name: u32,
     pub vda_next: u32,
 }
+
+// The layouts of glibc's `<elf.h>` for these records.
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<Rel>() == 16 && offset_of!(Rel, r_info) == 8);
+    assert!(size_of::<Verneed>() == 16);
+    assert!(offset_of!(Verneed, vn_cnt) == 2 && offset_of!(Verneed, vn_file) == 4);
+    assert!(offset_of!(Verneed, vn_aux) == 8 && offset_of!(Verneed, vn_next) == 12);
+    assert!(size_of::<Vernaux>() == 16);
+    assert!(offset_of!(Vernaux, vna_other) == 6 && offset_of!(Vernaux, vna_name) == 8);
+    assert!(offset_of!(Vernaux, vna_next) == 12);
+    assert!(size_of::<Verdef>() == 20);
+    assert!(offset_of!(Verdef, vd_ndx) == 4 && offset_of!(Verdef, vd_hash) == 8);
+    assert!(offset_of!(Verdef, vd_aux) == 12 && offset_of!(Verdef, vd_next) == 16);
+    assert!(size_of::<Verdaux>() == 8 && offset_of!(Verdaux, vda_next) == 4);
+};
