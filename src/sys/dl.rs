@@ -284,6 +284,12 @@ struct DlFindObject {
     reserved: [u64; 16],
 }
 
+// `<dlfcn.h>` (glibc 2.35): the fields read come first, in this order.
+const _: () = {
+    assert!(offset_of!(DlFindObject, map_start) == 8 && offset_of!(DlFindObject, map_end) == 16);
+    assert!(offset_of!(DlFindObject, link_map) == 24 && offset_of!(DlFindObject, eh_frame) == 32);
+};
+
 type FindObject = unsafe extern "C" fn(*mut c_void, *mut DlFindObject) -> c_int;
 
 /// glibc's `_dl_find_object` (2.35), looked up once by name; absent: `ABSENT`.
