@@ -50,6 +50,7 @@ mod api;
 #[doc(hidden)]
 pub mod capi;
 pub mod cuda;
+/// ELF readers, public only for the ELF fuzz harness and the engine tests: not part of the API.
 #[doc(hidden)]
 pub mod elf;
 pub mod error;
@@ -60,8 +61,7 @@ pub mod init;
 pub mod log;
 #[doc(hidden)]
 pub mod output;
-#[doc(hidden)]
-pub mod patch;
+mod patch;
 pub mod registry;
 pub mod report;
 mod sys;

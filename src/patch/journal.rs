@@ -84,11 +84,13 @@ impl Journal {
     }
 
     /// Number of live entries.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// No live entry.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
