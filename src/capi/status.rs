@@ -1,7 +1,5 @@
 //! Status codes of the C API and the guard that keeps panics from crossing `extern "C"`.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
 use crate::Error;
 
 /// Success.
@@ -70,9 +68,11 @@ pub fn message_of(status: i32) -> &'static std::ffi::CStr {
 /// Run `f` at an `extern "C"` boundary: errors become statuses, panics become
 /// `CUHOOK_ERR_INTERNAL` instead of aborting the host process.
 pub fn ffi_call(f: impl FnOnce() -> crate::Result<i32>) -> i32 {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => status_of(&e),
-        Err(_) => CUHOOK_ERR_INTERNAL,
-    }
+    crate::sys::boundary::guarded(
+        || match f() {
+            Ok(v) => v,
+            Err(e) => status_of(&e),
+        },
+        || CUHOOK_ERR_INTERNAL,
+    )
 }

@@ -31,29 +31,32 @@ static REPORT: spin::Mutex<Option<ReportTarget>> = spin::Mutex::new(None);
 static CONSTRUCTOR: extern "C" fn() = constructor;
 
 extern "C" fn constructor() {
-    let _ = std::panic::catch_unwind(|| {
-        if secure_execution() || !loaded_as_libcuhook() {
-            return;
-        }
-        let (config, warnings) = Config::from_env();
-        log::set_level(config.log);
-        for w in &warnings {
-            crate::log!(
-                Level::Warn,
-                "{}={:?} is not valid (accepted: {}); using the default",
-                w.variable,
-                w.value,
-                w.accepted
-            );
-        }
-        if config.disabled {
-            crate::log!(Level::Info, "CUHOOK_DISABLE is set: not installing");
-            return;
-        }
-        if let Err(e) = start(&config) {
-            crate::log!(Level::Error, "could not install: {e}");
-        }
-    });
+    crate::sys::boundary::guarded(
+        || {
+            if secure_execution() || !loaded_as_libcuhook() {
+                return;
+            }
+            let (config, warnings) = Config::from_env();
+            log::set_level(config.log);
+            for w in &warnings {
+                crate::log!(
+                    Level::Warn,
+                    "{}={:?} is not valid (accepted: {}); using the default",
+                    w.variable,
+                    w.value,
+                    w.accepted
+                );
+            }
+            if config.disabled {
+                crate::log!(Level::Info, "CUHOOK_DISABLE is set: not installing");
+                return;
+            }
+            if let Err(e) = start(&config) {
+                crate::log!(Level::Error, "could not install: {e}");
+            }
+        },
+        || (),
+    );
 }
 
 fn secure_execution() -> bool {
@@ -107,18 +110,21 @@ pub fn start(config: &Config) -> Result<()> {
 }
 
 extern "C" fn write_report_at_exit() {
-    let _ = std::panic::catch_unwind(|| {
-        let target = REPORT.lock().clone();
-        let Some(target) = target else { return };
-        let text = report::render();
-        match target {
-            ReportTarget::Stderr => crate::output::write_stderr(text.as_bytes()),
-            ReportTarget::File(path) => {
-                let path = report::expand_path(&path);
-                if let Err(e) = report::write_file(&path, text.as_bytes()) {
-                    crate::log!(Level::Error, "{}: {e}", path.to_string_lossy());
+    crate::sys::boundary::guarded(
+        || {
+            let target = REPORT.lock().clone();
+            let Some(target) = target else { return };
+            let text = report::render();
+            match target {
+                ReportTarget::Stderr => crate::output::write_stderr(text.as_bytes()),
+                ReportTarget::File(path) => {
+                    let path = report::expand_path(&path);
+                    if let Err(e) = report::write_file(&path, text.as_bytes()) {
+                        crate::log!(Level::Error, "{}: {e}", path.to_string_lossy());
+                    }
                 }
             }
-        }
-    });
+        },
+        || (),
+    );
 }

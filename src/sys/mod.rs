@@ -1,7 +1,8 @@
-//! The system layer: every call into glibc's dynamic loader (`dl`), and the one conversion of
-//! an address into a callable function (`func`). Modules above call these typed wrappers and
+//! The system layer: every call into glibc's dynamic loader (`dl`), the one conversion of an
+//! address into a callable function (`func`), and the `extern "C"` boundary (`boundary`). Modules above call these typed wrappers and
 //! never name `libc::dl*` themselves, so the loader's contracts (handles, `struct link_map`,
 //! `dlerror`'s thread-local message, callbacks that must not unwind) are kept in one place.
 
+pub(crate) mod boundary;
 pub(crate) mod dl;
 pub(crate) mod func;

@@ -17,12 +17,12 @@ mod entry;
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr, CString};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use super::engine::DL_SET_NAME;
 use super::substitution::substitute;
+use crate::sys::boundary::guarded;
 use crate::sys::dl::linked;
 
 use super::set::{Hook, HookSet};
@@ -109,11 +109,6 @@ fn real_dlvsym() -> unsafe extern "C" fn(*mut c_void, *const c_char, *const c_ch
         linked::dlvsym,
         fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void
     )
-}
-
-/// Run `f`; on a panic (a bug in cuhook) fall back to `plain`, so the host never aborts.
-fn guarded<R>(f: impl FnOnce() -> R, plain: impl FnOnce() -> R) -> R {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| plain())
 }
 
 /// Open `file` as the object containing `caller` would have.
@@ -271,7 +266,10 @@ pub(super) extern "C" fn dlclose_from(handle: *mut c_void, _caller: usize) -> c_
     #[allow(unsafe_code)]
     let rc = unsafe { real_dlclose()(handle) };
     if rc == 0 && depth.0 == 1 {
-        let _ = catch_unwind(|| super::engine::rescan_closed(handle, Some(PATIENCE)));
+        let _ = guarded(
+            || super::engine::rescan_closed(handle, Some(PATIENCE)),
+            || Ok(0),
+        );
     }
     rc
 }
