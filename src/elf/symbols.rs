@@ -3,7 +3,7 @@
 //! that is not cuhook.
 
 use goblin::elf::section_header::SHN_UNDEF;
-use goblin::elf::sym::{STB_GLOBAL, STB_WEAK, STT_TLS};
+use goblin::elf::sym::{st_bind, st_type, STB_GLOBAL, STB_WEAK, STT_TLS};
 use goblin::elf64::sym::Sym;
 
 use super::dynamic::DynamicTables;
@@ -15,6 +15,9 @@ use super::versions::VersionNames;
 /// Bound on hash-chain walks (corrupt tables must not loop forever).
 const MAX_CHAIN: usize = 1 << 20;
 
+/// The GNU hash of a name (goblin 0.10 keeps its own `gnu_hash` module crate-private, and its
+/// table lookup needs the table as a trusted slice, where ours reads a loaded object's memory
+/// with bounds checks).
 fn gnu_hash(name: &[u8]) -> u32 {
     name.iter()
         .fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(c as u32))
@@ -51,8 +54,7 @@ pub fn defines(obj: &LoadedObject, name: &str, version: Option<&str>) -> bool {
         let Some(sym) = t.sym_addr(index).and_then(|a| img.read::<Sym>(a)) else {
             return false;
         };
-        let bind = sym.st_info >> 4;
-        let kind = sym.st_info & 0xf;
+        let (bind, kind) = (st_bind(sym.st_info), st_type(sym.st_info));
         if sym.st_shndx as u32 == SHN_UNDEF
             || (bind != STB_GLOBAL && bind != STB_WEAK)
             || kind == STT_TLS

@@ -12,7 +12,9 @@ struct Substitution {
     replacement: usize,
 }
 
-static TABLE: spin::RwLock<Vec<Substitution>> = spin::RwLock::new(Vec::new());
+/// Waiters yield the CPU (a `dlsym` may wait while the table is rebuilt).
+static TABLE: spin::rwlock::RwLock<Vec<Substitution>, spin::relax::Yield> =
+    spin::rwlock::RwLock::new(Vec::new());
 
 /// Rebuild the table from the installed sets.
 pub(crate) fn publish<'a>(sets: impl Iterator<Item = &'a HookSet>) {

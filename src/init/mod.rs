@@ -20,7 +20,8 @@ use crate::report;
 use crate::Result;
 
 static STARTED: AtomicBool = AtomicBool::new(false);
-static REPORT: spin::Mutex<Option<ReportTarget>> = spin::Mutex::new(None);
+static REPORT: spin::mutex::SpinMutex<Option<ReportTarget>, spin::relax::Yield> =
+    spin::mutex::SpinMutex::new(None);
 
 /// Runs when the object containing cuhook is loaded.
 // SAFETY: `.init_array` holds pointers to `extern "C" fn()` run by the loader at load time; this
