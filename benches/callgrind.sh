@@ -1,7 +1,7 @@
 #!/bin/sh
 # Instructions cuhook adds per cuMemAllocAsync + cuMemFreeAsync pair, counted with callgrind:
 # a tiny driver (benches/callgrind/mini_libcuda.c) and a loop of pairs (pairs.c), run plain and
-# with target/release/libcuhook.so preloaded (default configuration: registry subscribed), at
+# with target/release/libcuhook.so preloaded (default configuration: registry attached), at
 # each number of other live ranges. Each figure is the slope between two loop lengths, so
 # start-up, install and the live ranges' own inserts cancel.
 #

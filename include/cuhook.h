@@ -160,8 +160,11 @@ int cuhook_hooks_rescan(void);
 int cuhook_set_exclude(const char *list);
 /* Copy up to `capacity` patched slots into `out`; returns how many exist. */
 ptrdiff_t cuhook_patched_slots(cuhook_slot_info_t *out, size_t capacity);
-/* What the engine noticed, as text, one finding per line ("skipped Vdso linux-vdso.so.1",
- * "unpinnable <path>", "conflict ...", "foreign ...", "constructors_before_patch <path>", ...).
+/* What the engine noticed, as text, one finding per line, `kind detail`: "skipped <reason>
+ * <path>", "unpinnable <path>", "other_namespace <path>", "unreadable <why>", "conflict <object>
+ * <symbol> slot= bound_to= original=", "foreign <object> <symbol> slot= found= ours=",
+ * "text_relocations <path> references=N", "constructors_before_patch <path>", and last one
+ * "counters resolver_races= objects_indexed= rescans= quick_scans= deferred_scans=".
  * Writes at most `len` bytes including the NUL; returns the full length. */
 ptrdiff_t cuhook_diagnostics(char *buf, size_t len);
 

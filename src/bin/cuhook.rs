@@ -1,5 +1,6 @@
 //! `cuhook`: run a program under the hooks and report what it allocated (`run`), show it on a
-//! bundled demo (`demo`, what `cargo run --release` does), list the hook table (`symbols`).
+//! bundled demo (`demo`, what `cargo run --release` does), list the hook table (`symbols`),
+//! and render a run's traces and reports as one page (`view`).
 
 mod cli;
 

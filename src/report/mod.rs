@@ -17,7 +17,8 @@ use crate::events::{self, mask, Callback};
 use crate::output::{Mode, OutputFile, WriteError};
 use crate::Result;
 
-/// Subscriber priorities: after the registry (-1000), before user subscribers (0).
+/// Subscriber priorities: before user subscribers (0). (The registry is no subscriber: the
+/// hooks update it before any event is dispatched.)
 const STATS_PRIORITY: i32 = -900;
 const TRACE_PRIORITY: i32 = -800;
 
