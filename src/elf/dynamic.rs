@@ -3,9 +3,9 @@
 
 use goblin::elf::dynamic::{
     DF_TEXTREL, DT_FLAGS, DT_GNU_HASH, DT_HASH, DT_INIT, DT_INIT_ARRAYSZ, DT_JMPREL, DT_NULL,
-    DT_PLTREL, DT_PLTRELSZ, DT_REL, DT_RELA, DT_RELAENT, DT_RELASZ, DT_RELENT, DT_RELSZ, DT_STRSZ,
-    DT_STRTAB, DT_SYMENT, DT_SYMTAB, DT_TEXTREL, DT_VERDEF, DT_VERDEFNUM, DT_VERNEED,
-    DT_VERNEEDNUM, DT_VERSYM,
+    DT_PLTREL, DT_PLTRELSZ, DT_REL, DT_RELA, DT_RELACOUNT, DT_RELAENT, DT_RELASZ, DT_RELCOUNT,
+    DT_RELENT, DT_RELSZ, DT_STRSZ, DT_STRTAB, DT_SYMENT, DT_SYMTAB, DT_TEXTREL, DT_VERDEF,
+    DT_VERDEFNUM, DT_VERNEED, DT_VERNEEDNUM, DT_VERSYM,
 };
 use goblin::elf64::dynamic::Dyn;
 use libc::PT_DYNAMIC;
@@ -21,6 +21,10 @@ pub struct RelocTable {
     pub size: usize,
     pub entsize: usize,
     pub rela: bool,
+    /// Leading entries that are relative relocations (`DT_RELACOUNT`/`DT_RELCOUNT`, which the
+    /// linker emits with `-z combreloc`): they name no symbol, so indexing skips them, as glibc
+    /// applies them without looking at their type. Large libraries have hundreds of thousands.
+    pub relative: usize,
 }
 
 /// Where the tables are, as absolute addresses.
@@ -93,6 +97,7 @@ impl DynamicTables {
         let (mut jmprel, mut pltrelsz, mut pltrel) = (None, 0usize, 0u64);
         let (mut verneed, mut verneednum, mut verdef, mut verdefnum) = (None, 0usize, None, 0usize);
         let (mut strtab, mut symtab) = (None, None);
+        let (mut relacount, mut relcount) = (0, 0);
         let (mut gnu_hash, mut hash) = (None, None);
         for i in 0..MAX_DYN {
             let d: Dyn = img
@@ -111,6 +116,8 @@ impl DynamicTables {
                 DT_REL => rel = Some(v),
                 DT_RELSZ => relsz = v,
                 DT_RELENT => relent = v,
+                DT_RELACOUNT => relacount = v,
+                DT_RELCOUNT => relcount = v,
                 DT_JMPREL => jmprel = Some(v),
                 DT_PLTRELSZ => pltrelsz = v,
                 DT_PLTREL => pltrel = d.d_val,
@@ -154,6 +161,7 @@ impl DynamicTables {
                 size: relasz,
                 entsize: relaent.max(1),
                 rela: true,
+                relative: relacount,
             });
         }
         if let Some(addr) = fix(rel, "DT_REL points outside the object")? {
@@ -162,6 +170,7 @@ impl DynamicTables {
                 size: relsz,
                 entsize: relent.max(1),
                 rela: false,
+                relative: relcount,
             });
         }
         if let Some(addr) = fix(jmprel, "DT_JMPREL points outside the object")? {
@@ -180,6 +189,7 @@ impl DynamicTables {
                 size: pltrelsz,
                 entsize,
                 rela: is_rela,
+                relative: 0,
             });
         }
         Ok(Some(t))
@@ -232,6 +242,52 @@ mod tests {
             phdrs: vec![load],
             position: 1,
         }
+    }
+
+    /// The leading entries `DT_RELACOUNT` announces, which indexing skips, are relative
+    /// relocations in every object of this process that has the tag (libc, libgcc, the test
+    /// program...), and at least one object has it.
+    #[test]
+    fn the_announced_leading_relocations_are_relative() {
+        let relative = if cfg!(target_arch = "x86_64") {
+            goblin::elf::reloc::R_X86_64_RELATIVE
+        } else {
+            goblin::elf::reloc::R_AARCH64_RELATIVE
+        };
+        let mut checked = 0;
+        for obj in crate::elf::snapshot().objects {
+            let Ok(Some(t)) = DynamicTables::read(&obj) else {
+                continue;
+            };
+            let img = Image::new(&obj);
+            for table in t.relocs.iter().filter(|r| r.relative > 0) {
+                assert!(
+                    table.relative <= table.size / table.entsize,
+                    "{}",
+                    obj.display_name()
+                );
+                for i in 0..table.relative {
+                    let at = table.addr + i * table.entsize;
+                    let info = if table.rela {
+                        img.read::<goblin::elf64::reloc::Rela>(at).map(|r| r.r_info)
+                    } else {
+                        img.read::<Rel>(at).map(|r| r.r_info)
+                    };
+                    let info = info.expect("a relocation table is readable");
+                    assert_eq!(
+                        goblin::elf64::reloc::r_type(info),
+                        relative,
+                        "{}",
+                        obj.display_name()
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(
+            checked > 0,
+            "no object announces leading relative relocations"
+        );
     }
 
     #[test]

@@ -469,13 +469,14 @@ impl DynamicTables {
     }
 }
 
-/// (r_offset, r_info, addend) of every entry of a table; REL entries report addend 0.
+/// (r_offset, r_info, addend) of every entry of a table after its leading relative ones; REL
+/// entries report addend 0.
 fn relocations<'a>(
     img: &'a Image<'a>,
     t: &'a RelocTable,
 ) -> impl Iterator<Item = (u64, u64, i64)> + 'a {
     let n = t.size / t.entsize;
-    (0..n).map_while(move |i| {
+    (t.relative.min(n)..n).map_while(move |i| {
         let at = t.addr + i * t.entsize;
         if t.rela {
             img.read::<Rela>(at)

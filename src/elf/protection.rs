@@ -233,13 +233,21 @@ impl MapsQuery {
         MAPS_DEV.store(dev, Ordering::Release);
         MAPS_INO.store(ino, Ordering::Release);
         MAPS_PID.store(pid, Ordering::Release);
-        let old = MAPS_FD.swap(fresh, Ordering::AcqRel);
-        if old >= 0 && old != fresh && same_file_as(old, dev, ino) {
-            // Ours from before (same process, still the same file): not needed any more.
-            // SAFETY: closing our own stale descriptor.
-            unsafe { libc::close(old) };
+        // Another thread may have installed its own fresh descriptor meanwhile and be using it:
+        // never close that one. Install ours only over the value found stale; when a valid one
+        // won the race, use it and close ours.
+        let mut expected = fd;
+        loop {
+            match MAPS_FD.compare_exchange(expected, fresh, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(q),
+                Err(current) if current >= 0 && same_file_as(current, dev, ino) => {
+                    // SAFETY: closing the descriptor we just opened, never published.
+                    unsafe { libc::close(fresh) };
+                    return Some(MapsQuery { fd: current });
+                }
+                Err(current) => expected = current,
+            }
         }
-        Some(q)
     }
 
     /// The mapping covering `addr`: (start, end, protection).
@@ -418,6 +426,73 @@ mod tests {
                 "the descriptor checks failed in the child (its panic is printed above)"
             );
         }
+    }
+
+    /// Threads that open the kept descriptor for the first time together each get one that
+    /// works: the one that loses the race never has its descriptor closed by the winner
+    /// (before, a reader saw EBADF and an object looked unreadable). Runs in a child of its own,
+    /// since it resets the process-wide descriptor.
+    #[test]
+    fn concurrent_first_opens_all_get_a_working_descriptor() {
+        let _serial = serial();
+        // SAFETY: the child runs the check and leaves with _exit, never returning.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0);
+            if pid == 0 {
+                let ok = std::panic::catch_unwind(first_open_race).is_ok();
+                libc::_exit(if ok { 0 } else { 1 });
+            }
+            let mut status = 0;
+            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "a reader got a broken descriptor (its panic is printed above)"
+            );
+        }
+    }
+
+    fn first_open_race() {
+        let probe = first_open_race as *const () as usize;
+        if MapsQuery::open().is_none() {
+            return; // no kernel query on this kernel
+        }
+        const THREADS: usize = 8;
+        const ROUNDS: usize = 3000;
+        let start = std::sync::Barrier::new(THREADS + 1);
+        let done = std::sync::Barrier::new(THREADS + 1);
+        let failures = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..THREADS {
+                scope.spawn(|| {
+                    for _ in 0..ROUNDS {
+                        start.wait();
+                        // A reader keeps using what it got for a while (one batch).
+                        let ok = MapsQuery::open()
+                            .is_some_and(|q| (0..20).all(|_| q.covering(probe).is_ok()));
+                        if !ok {
+                            failures.fetch_add(1, Ordering::Relaxed);
+                        }
+                        done.wait();
+                    }
+                });
+            }
+            for _ in 0..ROUNDS {
+                // As before any query: no descriptor kept yet.
+                let fd = MAPS_FD.swap(-1, Ordering::AcqRel);
+                if fd >= 0 {
+                    // SAFETY: our own descriptor, unused between rounds.
+                    unsafe { libc::close(fd) };
+                }
+                start.wait();
+                done.wait();
+            }
+        });
+        assert_eq!(
+            failures.load(Ordering::Relaxed),
+            0,
+            "of {ROUNDS} rounds × {THREADS} readers"
+        );
     }
 
     fn descriptor_swap_check() {
