@@ -53,6 +53,10 @@ fn object_of(address: usize) -> *mut c_void {
     }
 }
 
+/// The original of the hooked `cuMemAlloc_v2`: the hook table's row for it publishes here, so
+/// finding the driver object needs nothing from the table.
+pub static MEM_ALLOC_ORIGINAL: AtomicUsize = AtomicUsize::new(0);
+
 /// The object every driver function cuhook calls comes from, pinned so that addresses taken
 /// from it never dangle; null while no driver is loaded. It is the one that defines
 /// `cuPointerGetAttributes` in the global scope, else the one that defines the original of the
@@ -68,7 +72,7 @@ fn driver_object() -> *mut c_void {
             // Should dladdr fail, the global scope itself still finds the same functions.
             return if h.is_null() { libc::RTLD_DEFAULT } else { h };
         }
-        let anchor = super::table::original_of("cuMemAlloc_v2");
+        let anchor = MEM_ALLOC_ORIGINAL.load(Ordering::Acquire);
         if anchor != 0 {
             let h = object_of(anchor);
             if !h.is_null() {

@@ -105,9 +105,17 @@ unsafe fn out_ptr(p: *const *mut c_void) -> usize {
 }
 
 macro_rules! cuda_hooks {
+    // Where a hook's original is published: its own static, or one a lower module owns.
+    (@original) => {
+        /// The real function, published by the engine before any slot points here.
+        pub static ORIGINAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    };
+    (@original $($store:ident)::+) => {
+        pub use super::super::$($store)::+ as ORIGINAL;
+    };
     ($(
         $(#[$doc:meta])*
-        $sym:ident [$group:ident, $base:literal] ($($arg:ident: $ty:ty),*) -> $ret:ty
+        $sym:ident [$group:ident, $base:literal $(, original: $($store:ident)::+)?] ($($arg:ident: $ty:ty),*) -> $ret:ty
             $(, before => $before:expr)? $(, after => $after:expr)? $(, finally => $finally:path)? ;
     )*) => {
         $(
@@ -115,10 +123,9 @@ macro_rules! cuda_hooks {
             pub mod $sym {
                 #[allow(unused_imports)]
                 use super::*;
-                use std::sync::atomic::{AtomicUsize, Ordering};
+                use std::sync::atomic::Ordering;
 
-                /// The real function, published by the engine before any slot points here.
-                pub static ORIGINAL: AtomicUsize = AtomicUsize::new(0);
+                cuda_hooks!(@original $($($store)::+)?);
                 const API: &CStr = match CStr::from_bytes_with_nul(concat!(stringify!($sym), "\0").as_bytes()) {
                     Ok(c) => c,
                     Err(_) => panic!("symbol names contain no NUL"),
@@ -188,7 +195,8 @@ macro_rules! cuda_hooks {
 // (a function) is called after every real call with its result.
 cuda_hooks! {
     // ---- driver, synchronous --------------------------------------------------------------
-    cuMemAlloc_v2 [DriverSync, "cuMemAlloc"] (dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult,
+    /// Its original is the anchor `driver` finds the driver object by.
+    cuMemAlloc_v2 [DriverSync, "cuMemAlloc", original: driver::MEM_ALLOC_ORIGINAL] (dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult,
         after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, 0, 0, 0);
     /// The pre-3.2 ABI: 32-bit pointer and size.
     cuMemAlloc [DriverSync, "cuMemAlloc"] (dptr: *mut c_uint, bytesize: c_uint) -> CUresult,
@@ -354,12 +362,4 @@ cuda_hooks! {
         after => procaddress::map_output(pfn);
     cudaGetDriverEntryPointByVersion_ptsz [Resolution, "cudaGetDriverEntryPointByVersion"] (symbol: *const c_char, pfn: *mut *mut c_void, version: c_uint, proc_flags: c_ulonglong, status: *mut c_int) -> CudaError,
         after => procaddress::map_output(pfn);
-}
-
-/// The published original of a table symbol (0 when unknown).
-pub fn original_of(symbol: &str) -> usize {
-    HOOKS
-        .iter()
-        .find(|h| h.symbol == symbol)
-        .map_or(0, |h| h.original.load(std::sync::atomic::Ordering::Acquire))
 }
