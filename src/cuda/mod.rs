@@ -1,6 +1,6 @@
 //! The CUDA hook set: allocation, free, teardown and entry-point-lookup hooks for the driver and
 //! runtime APIs (`table`), how each call becomes events (`emit`), and the driver calls cuhook
-//! makes itself (`driver`).
+//! makes itself (`driver`, through the functions `resolve` finds).
 
 mod abi;
 mod capture;
@@ -9,6 +9,7 @@ mod driver;
 mod emit;
 mod imported;
 mod procaddress;
+mod resolve;
 mod table;
 
 pub use classify::{classify, Classification, Source};

@@ -18,6 +18,7 @@ use super::capture;
 use super::emit::{self, Pending};
 use super::imported;
 use super::procaddress;
+use super::resolve;
 use crate::events::{flags, HookGuard, MemType};
 
 /// Which family a hook belongs to.
@@ -111,7 +112,7 @@ macro_rules! cuda_hooks {
         pub static ORIGINAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     };
     (@original $($store:ident)::+) => {
-        pub use super::super::$($store)::+ as ORIGINAL;
+        pub use super::$($store)::+ as ORIGINAL;
     };
     ($(
         $(#[$doc:meta])*
@@ -195,8 +196,8 @@ macro_rules! cuda_hooks {
 // (a function) is called after every real call with its result.
 cuda_hooks! {
     // ---- driver, synchronous --------------------------------------------------------------
-    /// Its original is the anchor `driver` finds the driver object by.
-    cuMemAlloc_v2 [DriverSync, "cuMemAlloc", original: driver::MEM_ALLOC_ORIGINAL] (dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult,
+    /// Its original is the anchor `resolve` finds the driver object by.
+    cuMemAlloc_v2 [DriverSync, "cuMemAlloc", original: resolve::MEM_ALLOC_ORIGINAL] (dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult,
         after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, 0, 0, 0);
     /// The pre-3.2 ABI: 32-bit pointer and size.
     cuMemAlloc [DriverSync, "cuMemAlloc"] (dptr: *mut c_uint, bytesize: c_uint) -> CUresult,

@@ -1,6 +1,6 @@
 //! [`Driver`] over the process's own `libcuda.so.1` (the real driver, or the fake one in tests).
 //!
-//! Every function comes from the driver object `cuda::driver` resolves its own helpers from
+//! Every function comes from the driver object `cuda::resolve` finds for cuhook's own calls
 //! (pinned, so the addresses kept here never dangle; looked up with `dlsym`, so they are the
 //! driver's real functions). cudarc's dynamic loader is never used (it panics when no driver is
 //! installed).
@@ -87,7 +87,7 @@ impl Driver for LibCuda {
             return true;
         }
         let mut found = [0usize; NAMES.len()];
-        if !crate::cuda::driver::resolve_all(&NAMES, &mut found) {
+        if !crate::cuda::resolve::resolve_all(&NAMES, &mut found) {
             return false;
         }
         if REQUIRED.iter().any(|&f| found[f as usize] == 0) {
