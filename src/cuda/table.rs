@@ -348,7 +348,7 @@ cuda_hooks! {
     cudaIpcCloseMemHandle [Runtime, "cudaIpcCloseMemHandle"] (p: *mut c_void) -> CudaError,
         before => emit::free_before(API, p as usize, 0, 0);
     cudaDeviceReset [Runtime, "cudaDeviceReset"] () -> CudaError,
-        before => { let dev = super::super::driver::current_device(); emit::purge_before(API, |a| dev >= 0 && a.device == dev) };
+        before => { let dev = super::super::query::current_device(); emit::purge_before(API, |a| dev >= 0 && a.device == dev) };
 
     // ---- entry-point lookup: every pointer handed out is mapped to its hook ------------------
     cuGetProcAddress [Resolution, "cuGetProcAddress"] (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, proc_flags: c_ulonglong) -> CUresult,
