@@ -1,4 +1,4 @@
-//! [`Driver`] over the process's own `libcuda.so.1` (the real driver, or the fake one in tests).
+//! [`DriverApi`] over the process's own `libcuda.so.1` (the real driver, or the fake one in tests).
 //!
 //! Every function comes from the driver object `cuda::resolve` finds for cuhook's own calls
 //! (pinned, so the addresses kept here never dangle; looked up with `dlsym`, so they are the
@@ -14,7 +14,7 @@ use std::ffi::{c_int, c_uint, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::interface::{
-    Driver, DriverResult, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS,
+    DriverApi, DriverResult, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS,
 };
 use crate::cuda::abi::CUresult;
 
@@ -51,7 +51,7 @@ const REQUIRED: [DriverFn; 3] = [
     DriverFn::DeviceGetAttribute,
 ];
 
-/// The most attributes one [`Driver::pointer_attributes`] call passes.
+/// The most attributes one [`DriverApi::pointer_attributes`] call passes.
 const MAX_ATTRIBUTES: usize = 8;
 
 /// The process's libcuda. `const`-constructible so it can live in a `static`.
@@ -81,7 +81,7 @@ impl LibCuda {
     }
 }
 
-impl Driver for LibCuda {
+impl DriverApi for LibCuda {
     fn resolve(&self) -> bool {
         if REQUIRED.iter().all(|&f| self.get(f).is_some()) {
             return true;
