@@ -185,15 +185,15 @@ impl<D: DriverApi> Classifier<D> {
         let context = v[3] as usize;
         let pool = v[4] as usize;
         if managed || mem_type == MEMORYTYPE_UNIFIED {
-            return Classification::driver(MemType::CudaManaged, device, context);
+            return Classification::from_driver(MemType::CudaManaged, device, context);
         }
         match mem_type {
             MEMORYTYPE_DEVICE if context != 0 => {
-                Classification::driver(MemType::Cuda, device, context)
+                Classification::from_driver(MemType::Cuda, device, context)
             }
             MEMORYTYPE_DEVICE => self.contextless(ptr, device, pool, mode),
             MEMORYTYPE_HOST => {
-                let mut c = Classification::driver(MemType::Host, device, context);
+                let mut c = Classification::from_driver(MemType::Host, device, context);
                 c.flags = flags::PINNED_HOST;
                 c
             }
@@ -206,7 +206,7 @@ impl<D: DriverApi> Classifier<D> {
     /// freed in stream order like the registry's `cuMemAllocAsync` records.
     fn contextless(&self, ptr: usize, device: i32, pool: usize, mode: PoolMode) -> Classification {
         context::ensure_current(&self.driver, self as *const Self as usize, device);
-        let mut c = Classification::driver(MemType::Cuda, device, 0);
+        let mut c = Classification::from_driver(MemType::Cuda, device, 0);
         if pool != 0 {
             c.flags = flags::POOL | flags::STREAM_ORDERED;
             c.pool = pool;

@@ -40,8 +40,7 @@ pub const CUDA_ERROR_INVALID_VALUE: CUresult =
     cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE as CUresult;
 
 /// The driver calls classification makes, as a trait (the process's libcuda, or a script in
-/// tests). Implementations call the driver's real functions,
-/// never cuhook's hooks.
+/// tests). Implementations call the driver's real functions, never cuhook's hooks.
 pub trait DriverApi {
     /// Find the driver. `false` when no driver is loaded; nothing else is called then.
     fn resolve(&self) -> bool;
