@@ -22,15 +22,26 @@ pub fn current_context() -> CUcontext {
     if f == 0 {
         return std::ptr::null_mut();
     }
+    // SAFETY: `f` is the driver's `cuCtxGetCurrent`, as resolved by its entry.
+    unsafe { ctx_get_current(f) }.unwrap_or(std::ptr::null_mut())
+}
+
+/// Calls `cuCtxGetCurrent` at `f`: the current context (null: none), or the driver's error.
+/// The one place it is called, for the hooks and for classification.
+///
+/// # Safety
+/// `f` is the address of the driver's `cuCtxGetCurrent`.
+#[inline]
+pub(super) unsafe fn ctx_get_current(f: usize) -> Result<CUcontext, CUresult> {
     let mut ctx: CUcontext = std::ptr::null_mut();
-    // SAFETY: `cuCtxGetCurrent(CUcontext *pctx)`.
+    // SAFETY: `CUresult cuCtxGetCurrent(CUcontext *pctx)` at `f` (the caller's promise).
     let rc = unsafe {
         std::mem::transmute::<usize, unsafe extern "C" fn(*mut CUcontext) -> CUresult>(f)(&mut ctx)
     };
     if rc == CUDA_SUCCESS {
-        ctx
+        Ok(ctx)
     } else {
-        std::ptr::null_mut()
+        Err(rc)
     }
 }
 

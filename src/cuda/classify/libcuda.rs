@@ -178,11 +178,8 @@ impl DriverApi for LibCuda {
         let f = self
             .get(DriverFn::CtxGetCurrent)
             .ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
-        let mut ctx: *mut c_void = std::ptr::null_mut();
-        type F = unsafe extern "C" fn(*mut *mut c_void) -> CUresult;
-        // SAFETY: `CUresult cuCtxGetCurrent(CUcontext *pctx)`.
-        let rc = unsafe { std::mem::transmute::<usize, F>(f)(&mut ctx) };
-        ok(rc, ctx as usize)
+        // SAFETY: `f` is what `dlsym` returned for `cuCtxGetCurrent`.
+        unsafe { crate::cuda::query::ctx_get_current(f) }.map(|ctx| ctx as usize)
     }
 
     fn ctx_set_current(&self, ctx: usize) -> CUresult {
