@@ -20,7 +20,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::abi::{CUresult, CUDA_SUCCESS};
-use super::driver::Entry;
+use super::resolve::Entry;
 use crate::events::flags;
 
 /// Captures begun (successfully, after install) and not yet ended.

@@ -17,7 +17,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::events::{self, flags, EventKind, MemEvent, MemType};
 use crate::registry::{self, Allocation};
 
-use super::driver;
+use super::query;
 
 /// What a hook must finish after the real call.
 #[derive(Debug)]
@@ -64,9 +64,9 @@ pub fn alloc(
     ev.flags = extra_flags;
     ev.stream = stream;
     ev.pool = pool;
-    let ctx = driver::current_context();
+    let ctx = query::current_context();
     ev.context = ctx as usize;
-    ev.device = driver::device_of(ctx);
+    ev.device = query::device_of(ctx);
     if attached {
         registry::global().insert(Allocation::from_event(&ev));
     }
@@ -113,7 +113,7 @@ pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream:
 /// tell is the free dispatched after it succeeded, with size 0.
 #[cold]
 fn unknown_free(api: &'static CStr, address: usize, extra_flags: u32, stream: usize) -> Pending {
-    if let Some(d) = driver::describe(address) {
+    if let Some(d) = query::describe(address) {
         let mut record = Allocation::new(d.base, d.size, api);
         record.mem_type = d.mem_type;
         record.device = d.device;
@@ -187,7 +187,7 @@ fn free_event(
 /// Teardown: remove every range matching `pred` and announce a free for each (VMM mappings
 /// survive context teardown and are never purged).
 pub fn purge_before(api: &'static CStr, pred: impl Fn(&Allocation) -> bool) -> Pending {
-    driver::contexts_changed();
+    query::contexts_changed();
     if registry::global().is_empty() {
         return Pending::Nothing;
     }
@@ -210,7 +210,7 @@ pub fn global(api: &'static CStr, address: usize, size: usize, owner: usize, man
     }
     // The caller may pass no size output: then the driver's range of the address tells.
     let size = match size {
-        0 => match driver::describe(address) {
+        0 => match query::describe(address) {
             Some(d) => d.size,
             None => return,
         },
@@ -221,7 +221,7 @@ pub fn global(api: &'static CStr, address: usize, size: usize, owner: usize, man
             return;
         }
     }
-    let managed = managed || driver::is_managed(address);
+    let managed = managed || query::is_managed(address);
     let mem_type = if managed {
         MemType::CudaManaged
     } else {
@@ -238,7 +238,7 @@ pub fn imported(api: &'static CStr, address: usize, extra_flags: u32, pool: usiz
     if address == 0 {
         return;
     }
-    if let Some(d) = driver::describe(address) {
+    if let Some(d) = query::describe(address) {
         alloc(
             api,
             d.mem_type,

@@ -1,14 +1,15 @@
 //! The CUDA hook set: allocation, free, teardown and entry-point-lookup hooks for the driver and
-//! runtime APIs (`table`), how each call becomes events (`emit`), and the driver calls cuhook
-//! makes itself (`driver`).
+//! runtime APIs (`table`), how each call becomes events (`emit`), and the driver queries cuhook
+//! makes itself (`query`, through the functions `resolve` finds).
 
 mod abi;
 mod capture;
 pub mod classify;
-mod driver;
 mod emit;
 mod imported;
 mod procaddress;
+mod query;
+mod resolve;
 mod table;
 
 pub use classify::{classify, Classification, Source};

@@ -18,6 +18,7 @@ use super::capture;
 use super::emit::{self, Pending};
 use super::imported;
 use super::procaddress;
+use super::resolve;
 use crate::events::{flags, HookGuard, MemType};
 
 /// Which family a hook belongs to.
@@ -105,9 +106,17 @@ unsafe fn out_ptr(p: *const *mut c_void) -> usize {
 }
 
 macro_rules! cuda_hooks {
+    // Where a hook's original is published: its own static, or one a lower module owns.
+    (@original) => {
+        /// The real function, published by the engine before any slot points here.
+        pub static ORIGINAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    };
+    (@original $($store:ident)::+) => {
+        pub use super::$($store)::+ as ORIGINAL;
+    };
     ($(
         $(#[$doc:meta])*
-        $sym:ident [$group:ident, $base:literal] ($($arg:ident: $ty:ty),*) -> $ret:ty
+        $sym:ident [$group:ident, $base:literal $(, original: $($store:ident)::+)?] ($($arg:ident: $ty:ty),*) -> $ret:ty
             $(, before => $before:expr)? $(, after => $after:expr)? $(, finally => $finally:path)? ;
     )*) => {
         $(
@@ -115,10 +124,9 @@ macro_rules! cuda_hooks {
             pub mod $sym {
                 #[allow(unused_imports)]
                 use super::*;
-                use std::sync::atomic::{AtomicUsize, Ordering};
+                use std::sync::atomic::Ordering;
 
-                /// The real function, published by the engine before any slot points here.
-                pub static ORIGINAL: AtomicUsize = AtomicUsize::new(0);
+                cuda_hooks!(@original $($($store)::+)?);
                 const API: &CStr = match CStr::from_bytes_with_nul(concat!(stringify!($sym), "\0").as_bytes()) {
                     Ok(c) => c,
                     Err(_) => panic!("symbol names contain no NUL"),
@@ -188,7 +196,8 @@ macro_rules! cuda_hooks {
 // (a function) is called after every real call with its result.
 cuda_hooks! {
     // ---- driver, synchronous --------------------------------------------------------------
-    cuMemAlloc_v2 [DriverSync, "cuMemAlloc"] (dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult,
+    /// Its original is the anchor `resolve` finds the driver object by.
+    cuMemAlloc_v2 [DriverSync, "cuMemAlloc", original: resolve::MEM_ALLOC_ORIGINAL] (dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult,
         after => emit::alloc(API, MemType::Cuda, out(dptr), bytesize, 0, 0, 0);
     /// The pre-3.2 ABI: 32-bit pointer and size.
     cuMemAlloc [DriverSync, "cuMemAlloc"] (dptr: *mut c_uint, bytesize: c_uint) -> CUresult,
@@ -339,7 +348,7 @@ cuda_hooks! {
     cudaIpcCloseMemHandle [Runtime, "cudaIpcCloseMemHandle"] (p: *mut c_void) -> CudaError,
         before => emit::free_before(API, p as usize, 0, 0);
     cudaDeviceReset [Runtime, "cudaDeviceReset"] () -> CudaError,
-        before => { let dev = super::super::driver::current_device(); emit::purge_before(API, |a| dev >= 0 && a.device == dev) };
+        before => { let dev = super::super::query::current_device(); emit::purge_before(API, |a| dev >= 0 && a.device == dev) };
 
     // ---- entry-point lookup: every pointer handed out is mapped to its hook ------------------
     cuGetProcAddress [Resolution, "cuGetProcAddress"] (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, proc_flags: c_ulonglong) -> CUresult,
@@ -354,12 +363,4 @@ cuda_hooks! {
         after => procaddress::map_output(pfn);
     cudaGetDriverEntryPointByVersion_ptsz [Resolution, "cudaGetDriverEntryPointByVersion"] (symbol: *const c_char, pfn: *mut *mut c_void, version: c_uint, proc_flags: c_ulonglong, status: *mut c_int) -> CudaError,
         after => procaddress::map_output(pfn);
-}
-
-/// The published original of a table symbol (0 when unknown).
-pub fn original_of(symbol: &str) -> usize {
-    HOOKS
-        .iter()
-        .find(|h| h.symbol == symbol)
-        .map_or(0, |h| h.original.load(std::sync::atomic::Ordering::Acquire))
 }

@@ -46,7 +46,7 @@ impl Classification {
     }
 
     /// Memory the driver reported, with no flags yet.
-    pub(super) const fn driver(mem_type: MemType, device: i32, context: usize) -> Self {
+    pub(super) const fn from_driver(mem_type: MemType, device: i32, context: usize) -> Self {
         Classification {
             mem_type,
             device,

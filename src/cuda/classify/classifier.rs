@@ -1,4 +1,4 @@
-//! The classification algorithm over any [`Driver`] (Open MPI's, seed 2, improved).
+//! The classification algorithm over any [`DriverApi`] (Open MPI's, seed 2, improved).
 //!
 //! 1. At first use the driver is set up once: absent → host until an object is loaded (the
 //!    static CUDA runtime loads libcuda only at its first call); no device → host forever,
@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use super::classification::{Classification, Source};
 use super::context;
 use super::interface::{
-    attr, Driver, CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS,
+    attr, DriverApi, CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS,
     DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, MEMORYTYPE_DEVICE, MEMORYTYPE_HOST,
 };
 use crate::events::{flags, MemType};
@@ -57,12 +57,12 @@ const POOLS_ALL: u8 = 3;
 const POOLS_NONE: u8 = 4;
 const POOLS_MIXED: u8 = 5;
 
-/// Classifies pointers the registry does not know by asking a [`Driver`].
+/// Classifies pointers the registry does not know by asking a [`DriverApi`].
 /// `const`-constructible, so the process-wide one is a `static`.
 pub struct Classifier<D> {
     driver: D,
     state: AtomicU8,
-    /// [`Driver::load_generation`] when the driver was found absent.
+    /// [`DriverApi::load_generation`] when the driver was found absent.
     absent_generation: AtomicU64,
     /// Serialises setup (runs rarely: once, or while the driver is absent or uninitialised).
     setup: Mutex<()>,
@@ -70,7 +70,7 @@ pub struct Classifier<D> {
     warn: fn(&str),
 }
 
-impl<D: Driver> Classifier<D> {
+impl<D: DriverApi> Classifier<D> {
     /// A classifier over `driver`; `warn` receives its one-time warnings (a driver that fails in
     /// an unexpected way).
     pub const fn new(driver: D, warn: fn(&str)) -> Self {
@@ -185,15 +185,15 @@ impl<D: Driver> Classifier<D> {
         let context = v[3] as usize;
         let pool = v[4] as usize;
         if managed || mem_type == MEMORYTYPE_UNIFIED {
-            return Classification::driver(MemType::CudaManaged, device, context);
+            return Classification::from_driver(MemType::CudaManaged, device, context);
         }
         match mem_type {
             MEMORYTYPE_DEVICE if context != 0 => {
-                Classification::driver(MemType::Cuda, device, context)
+                Classification::from_driver(MemType::Cuda, device, context)
             }
             MEMORYTYPE_DEVICE => self.contextless(ptr, device, pool, mode),
             MEMORYTYPE_HOST => {
-                let mut c = Classification::driver(MemType::Host, device, context);
+                let mut c = Classification::from_driver(MemType::Host, device, context);
                 c.flags = flags::PINNED_HOST;
                 c
             }
@@ -206,7 +206,7 @@ impl<D: Driver> Classifier<D> {
     /// freed in stream order like the registry's `cuMemAllocAsync` records.
     fn contextless(&self, ptr: usize, device: i32, pool: usize, mode: PoolMode) -> Classification {
         context::ensure_current(&self.driver, self as *const Self as usize, device);
-        let mut c = Classification::driver(MemType::Cuda, device, 0);
+        let mut c = Classification::from_driver(MemType::Cuda, device, 0);
         if pool != 0 {
             c.flags = flags::POOL | flags::STREAM_ORDERED;
             c.pool = pool;

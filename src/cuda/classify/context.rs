@@ -24,7 +24,7 @@
 
 use std::cell::Cell;
 
-use super::interface::{Driver, CUDA_SUCCESS};
+use super::interface::{DriverApi, CUDA_SUCCESS};
 
 /// The reference this thread holds: which classifier took it (so independent classifiers, as in
 /// tests, never share one), for which device, and the context.
@@ -60,7 +60,7 @@ pub enum Outcome {
 
 /// Make sure the calling thread has a current context, retaining `device`'s primary context
 /// only if the thread holds no reference from `owner` yet.
-pub fn ensure_current<D: Driver>(driver: &D, owner: usize, device: i32) -> Outcome {
+pub fn ensure_current<D: DriverApi>(driver: &D, owner: usize, device: i32) -> Outcome {
     match driver.ctx_get_current() {
         Ok(0) => {}
         // A context is current, or the driver cannot say: never stack a reference blindly.

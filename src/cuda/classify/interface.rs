@@ -39,9 +39,9 @@ pub const DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: i32 =
 pub const CUDA_ERROR_INVALID_VALUE: CUresult =
     cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE as CUresult;
 
-/// The driver as classification sees it. Implementations call the driver's real functions,
-/// never cuhook's hooks.
-pub trait Driver {
+/// The driver calls classification makes, as a trait (the process's libcuda, or a script in
+/// tests). Implementations call the driver's real functions, never cuhook's hooks.
+pub trait DriverApi {
     /// Find the driver. `false` when no driver is loaded; nothing else is called then.
     fn resolve(&self) -> bool;
 
@@ -63,7 +63,7 @@ pub trait Driver {
     /// `cuMemRetainAllocationHandle`: succeeds only inside a VMM mapping.
     fn retain_allocation_handle(&self, ptr: usize) -> DriverResult<u64>;
 
-    /// `cuMemRelease` of a handle from [`Driver::retain_allocation_handle`].
+    /// `cuMemRelease` of a handle from [`DriverApi::retain_allocation_handle`].
     fn release(&self, handle: u64) -> CUresult;
 
     /// `cuCtxGetCurrent` (0: none).

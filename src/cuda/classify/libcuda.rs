@@ -1,6 +1,6 @@
-//! [`Driver`] over the process's own `libcuda.so.1` (the real driver, or the fake one in tests).
+//! [`DriverApi`] over the process's own `libcuda.so.1` (the real driver, or the fake one in tests).
 //!
-//! Every function comes from the driver object `cuda::driver` resolves its own helpers from
+//! Every function comes from the driver object `cuda::resolve` finds for cuhook's own calls
 //! (pinned, so the addresses kept here never dangle; looked up with `dlsym`, so they are the
 //! driver's real functions). cudarc's dynamic loader is never used (it panics when no driver is
 //! installed).
@@ -14,13 +14,14 @@ use std::ffi::{c_int, c_uint, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::interface::{
-    Driver, DriverResult, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS,
+    DriverApi, DriverResult, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS,
 };
 use crate::cuda::abi::CUresult;
 
-/// The functions, in the order of [`NAMES`].
+/// The driver functions classification calls, in the order of [`NAMES`] (an index into
+/// `LibCuda::fns`).
 #[derive(Clone, Copy)]
-enum Fn {
+enum DriverFn {
     PointerGetAttributes,
     DeviceGetCount,
     DeviceGetAttribute,
@@ -44,13 +45,13 @@ const NAMES: [&CStr; 8] = [
 
 /// Without these three there is nothing to classify with; the others are optional (an old
 /// driver without VMM simply never reports VMM memory).
-const REQUIRED: [Fn; 3] = [
-    Fn::PointerGetAttributes,
-    Fn::DeviceGetCount,
-    Fn::DeviceGetAttribute,
+const REQUIRED: [DriverFn; 3] = [
+    DriverFn::PointerGetAttributes,
+    DriverFn::DeviceGetCount,
+    DriverFn::DeviceGetAttribute,
 ];
 
-/// The most attributes one [`Driver::pointer_attributes`] call passes.
+/// The most attributes one [`DriverApi::pointer_attributes`] call passes.
 const MAX_ATTRIBUTES: usize = 8;
 
 /// The process's libcuda. `const`-constructible so it can live in a `static`.
@@ -72,7 +73,7 @@ impl LibCuda {
         }
     }
 
-    fn get(&self, f: Fn) -> Option<usize> {
+    fn get(&self, f: DriverFn) -> Option<usize> {
         match self.fns[f as usize].load(Ordering::Acquire) {
             0 => None,
             a => Some(a),
@@ -80,13 +81,13 @@ impl LibCuda {
     }
 }
 
-impl Driver for LibCuda {
+impl DriverApi for LibCuda {
     fn resolve(&self) -> bool {
         if REQUIRED.iter().all(|&f| self.get(f).is_some()) {
             return true;
         }
         let mut found = [0usize; NAMES.len()];
-        if !crate::cuda::driver::resolve_all(&NAMES, &mut found) {
+        if !crate::cuda::resolve::resolve_all(&NAMES, &mut found) {
             return false;
         }
         if REQUIRED.iter().any(|&f| found[f as usize] == 0) {
@@ -105,7 +106,7 @@ impl Driver for LibCuda {
 
     fn device_count(&self) -> DriverResult<i32> {
         let f = self
-            .get(Fn::DeviceGetCount)
+            .get(DriverFn::DeviceGetCount)
             .ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
         let mut n: c_int = 0;
         // SAFETY: `CUresult cuDeviceGetCount(int *count)`.
@@ -117,7 +118,7 @@ impl Driver for LibCuda {
 
     fn device_attribute(&self, attribute: i32, device: i32) -> DriverResult<i32> {
         let f = self
-            .get(Fn::DeviceGetAttribute)
+            .get(DriverFn::DeviceGetAttribute)
             .ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
         let mut v: c_int = 0;
         type F = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CUresult;
@@ -127,7 +128,7 @@ impl Driver for LibCuda {
     }
 
     fn pointer_attributes(&self, ptr: usize, attributes: &[u32], values: &mut [u64]) -> CUresult {
-        let Some(f) = self.get(Fn::PointerGetAttributes) else {
+        let Some(f) = self.get(DriverFn::PointerGetAttributes) else {
             return CUDA_ERROR_NOT_INITIALIZED;
         };
         let n = attributes.len();
@@ -155,7 +156,7 @@ impl Driver for LibCuda {
 
     fn retain_allocation_handle(&self, ptr: usize) -> DriverResult<u64> {
         let f = self
-            .get(Fn::MemRetainAllocationHandle)
+            .get(DriverFn::MemRetainAllocationHandle)
             .ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
         let mut handle = 0u64;
         type F = unsafe extern "C" fn(*mut u64, *mut c_void) -> CUresult;
@@ -166,7 +167,7 @@ impl Driver for LibCuda {
     }
 
     fn release(&self, handle: u64) -> CUresult {
-        let Some(f) = self.get(Fn::MemRelease) else {
+        let Some(f) = self.get(DriverFn::MemRelease) else {
             return CUDA_ERROR_NOT_INITIALIZED;
         };
         // SAFETY: `CUresult cuMemRelease(CUmemGenericAllocationHandle handle)`.
@@ -175,17 +176,14 @@ impl Driver for LibCuda {
 
     fn ctx_get_current(&self) -> DriverResult<usize> {
         let f = self
-            .get(Fn::CtxGetCurrent)
+            .get(DriverFn::CtxGetCurrent)
             .ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
-        let mut ctx: *mut c_void = std::ptr::null_mut();
-        type F = unsafe extern "C" fn(*mut *mut c_void) -> CUresult;
-        // SAFETY: `CUresult cuCtxGetCurrent(CUcontext *pctx)`.
-        let rc = unsafe { std::mem::transmute::<usize, F>(f)(&mut ctx) };
-        ok(rc, ctx as usize)
+        // SAFETY: `f` is what `dlsym` returned for `cuCtxGetCurrent`.
+        unsafe { crate::cuda::query::ctx_get_current(f) }.map(|ctx| ctx as usize)
     }
 
     fn ctx_set_current(&self, ctx: usize) -> CUresult {
-        let Some(f) = self.get(Fn::CtxSetCurrent) else {
+        let Some(f) = self.get(DriverFn::CtxSetCurrent) else {
             return CUDA_ERROR_NOT_INITIALIZED;
         };
         type F = unsafe extern "C" fn(*mut c_void) -> CUresult;
@@ -195,7 +193,7 @@ impl Driver for LibCuda {
 
     fn primary_ctx_retain(&self, device: i32) -> DriverResult<usize> {
         let f = self
-            .get(Fn::DevicePrimaryCtxRetain)
+            .get(DriverFn::DevicePrimaryCtxRetain)
             .ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
         let mut ctx: *mut c_void = std::ptr::null_mut();
         type F = unsafe extern "C" fn(*mut *mut c_void, c_int) -> CUresult;

@@ -1,10 +1,10 @@
-//! A scripted [`Driver`] for unit tests: a list of allocations answered like the real driver
+//! A scripted [`DriverApi`] for unit tests: a list of allocations answered like the real driver
 //! (pool and VMM memory without a context), a current context, and a log of every call.
 
 use std::sync::Mutex;
 
 use super::interface::{
-    attr, Driver, DriverResult, CUDA_ERROR_INVALID_VALUE, CUDA_SUCCESS, MEMORYTYPE_DEVICE,
+    attr, DriverApi, DriverResult, CUDA_ERROR_INVALID_VALUE, CUDA_SUCCESS, MEMORYTYPE_DEVICE,
     MEMORYTYPE_HOST,
 };
 use crate::cuda::abi::CUresult;
@@ -141,7 +141,7 @@ impl Mock {
     }
 }
 
-impl Driver for Mock {
+impl DriverApi for Mock {
     fn resolve(&self) -> bool {
         self.log(Call::Resolve);
         self.present

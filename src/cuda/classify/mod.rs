@@ -7,7 +7,7 @@
 //! current for threads that have none (`context.rs`), pool support read once per device, and
 //! an immediate "host" with no driver call when there is no driver or no device.
 //!
-//! The driver sits behind the [`Driver`] trait: [`LibCuda`] calls the process's real (or fake)
+//! The driver sits behind the [`DriverApi`] trait: [`LibCuda`] calls the process's real (or fake)
 //! libcuda through `dlsym`'d function pointers, never through cuhook's hooks; the unit tests
 //! script it.
 //!
@@ -42,7 +42,7 @@ mod tests;
 
 pub use classification::{Classification, Source};
 pub use classifier::{Classifier, PoolMode, MIXED_POOLS_WARNING};
-pub use interface::{attr, Driver, DriverResult};
+pub use interface::{attr, DriverApi, DriverResult};
 pub use libcuda::LibCuda;
 
 /// The classifier over the process's libcuda.

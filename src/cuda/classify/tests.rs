@@ -98,7 +98,8 @@ fn batches(c: &Classifier<Mock>) -> Vec<Vec<u32>> {
         .collect()
 }
 
-fn driver(
+/// The classification the scripted driver should produce.
+fn driver_answer(
     mem_type: MemType,
     device: i32,
     flags: u32,
@@ -120,7 +121,7 @@ fn device_memory_with_a_context() {
     let c = every_kind(&[true, true]);
     assert_eq!(
         c.classify(DEV.start + 100),
-        driver(MemType::Cuda, 0, 0, DEV.ctx, 0)
+        driver_answer(MemType::Cuda, 0, 0, DEV.ctx, 0)
     );
     assert_eq!(
         c.driver().calls(),
@@ -152,7 +153,7 @@ fn managed_memory() {
     let c = every_kind(&[true, true]);
     assert_eq!(
         c.classify(MANAGED.start),
-        driver(MemType::CudaManaged, 0, 0, MANAGED.ctx, 0)
+        driver_answer(MemType::CudaManaged, 0, 0, MANAGED.ctx, 0)
     );
     assert!(c.classify(MANAGED.start).is_cuda());
 }
@@ -163,7 +164,7 @@ fn pool_memory_without_a_context() {
     let r = c.classify(POOL.start + 8);
     assert_eq!(
         r,
-        driver(
+        driver_answer(
             MemType::Cuda,
             1,
             flags::POOL | flags::STREAM_ORDERED,
@@ -184,7 +185,7 @@ fn pool_memory_without_a_context() {
 fn vmm_memory_without_a_context() {
     let c = every_kind(&[true, true]);
     let r = c.classify(VMM.start + 0x1000);
-    assert_eq!(r, driver(MemType::Cuda, 0, flags::VMM, 0, 0));
+    assert_eq!(r, driver_answer(MemType::Cuda, 0, flags::VMM, 0, 0));
     assert!(r.is_vmm());
     assert_eq!(
         count(&c, |x| *x
@@ -208,7 +209,7 @@ fn host_memory() {
     assert_eq!(c.classify(PAGEABLE), Classification::host(Source::Driver));
     assert_eq!(
         c.classify(PINNED.start),
-        driver(MemType::Host, 0, flags::PINNED_HOST, PINNED.ctx, 0)
+        driver_answer(MemType::Host, 0, flags::PINNED_HOST, PINNED.ctx, 0)
     );
     assert_eq!(
         count(&c, |x| matches!(x, Call::RetainAllocationHandle(_))),

@@ -1,112 +1,17 @@
-//! The few driver functions cuhook itself calls (current context and device, pointer
-//! attributes), resolved from the same libcuda the hooks' originals come from and never through
-//! our hooks.
+//! The driver queries cuhook's hooks make themselves: current context and device (the device
+//! cached per context), and what the driver knows of a pointer cuhook never saw allocated. The
+//! functions come from [`super::resolve`], never through our hooks.
 //!
 //! # Safety
 //! Each pointer is the address `dlsym` returned for the named driver function and is called
 //! with that function's C signature.
 #![allow(unsafe_code)]
 
-use std::ffi::{c_int, c_void, CStr};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::abi::{CUcontext, CUdevice, CUresult, CUDA_SUCCESS};
-
-/// One lazily resolved driver entry point.
-pub struct Entry {
-    name: &'static CStr,
-    address: AtomicUsize,
-}
-
-impl Entry {
-    pub(super) const fn new(name: &'static CStr) -> Entry {
-        Entry {
-            name,
-            address: AtomicUsize::new(0),
-        }
-    }
-
-    /// The function's address, looked up on first use (0 while no libcuda is loaded).
-    pub fn get(&self) -> usize {
-        let a = self.address.load(Ordering::Acquire);
-        if a != 0 {
-            return a;
-        }
-        let found = resolve(self.name);
-        if found != 0 {
-            self.address.store(found, Ordering::Release);
-        }
-        found
-    }
-}
-
-/// A handle for the object containing `address`, pinned (`RTLD_NOLOAD`: never loads anything).
-fn object_of(address: usize) -> *mut c_void {
-    // SAFETY: a zeroed Dl_info is a valid out-parameter; dladdr only reads the loader's tables,
-    // and dli_fname is NUL-terminated when set.
-    unsafe {
-        let mut info: libc::Dl_info = std::mem::zeroed();
-        if libc::dladdr(address as *const c_void, &mut info) == 0 || info.dli_fname.is_null() {
-            return std::ptr::null_mut();
-        }
-        libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD)
-    }
-}
-
-/// The object every driver function cuhook calls comes from, pinned so that addresses taken
-/// from it never dangle; null while no driver is loaded. It is the one that defines
-/// `cuPointerGetAttributes` in the global scope, else the one that defines the original of the
-/// hooked `cuMemAlloc_v2` (a libcuda loaded `RTLD_LOCAL`, e.g. by the static CUDA runtime),
-/// else an already loaded `libcuda.so.1`. Lookups in it with `dlsym` give the real functions:
-/// GOT patching never changes what `dlsym` returns to cuhook's own object.
-fn driver_object() -> *mut c_void {
-    // SAFETY: dlsym/dlopen with NUL-terminated names; RTLD_NOLOAD never loads an object.
-    unsafe {
-        let global = libc::dlsym(libc::RTLD_DEFAULT, c"cuPointerGetAttributes".as_ptr()) as usize;
-        if global != 0 {
-            let h = object_of(global);
-            // Should dladdr fail, the global scope itself still finds the same functions.
-            return if h.is_null() { libc::RTLD_DEFAULT } else { h };
-        }
-        let anchor = super::table::original_of("cuMemAlloc_v2");
-        if anchor != 0 {
-            let h = object_of(anchor);
-            if !h.is_null() {
-                return h;
-            }
-        }
-        libc::dlopen(
-            c"libcuda.so.1".as_ptr(),
-            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
-        )
-    }
-}
-
-/// Look `names` up in the driver object into `out` (0 where missing). Returns false when no
-/// driver is loaded. Only failed lookups leave a `dlerror` message, and those are cleared, so
-/// the application's own dlerror state is never clobbered by a successful resolution.
-pub(super) fn resolve_all(names: &[&CStr], out: &mut [usize]) -> bool {
-    let object = driver_object();
-    let mut failed = object.is_null();
-    if !failed {
-        for (slot, name) in out.iter_mut().zip(names) {
-            // SAFETY: `object` is a pinned handle or RTLD_DEFAULT; the name is a C string.
-            *slot = unsafe { libc::dlsym(object, name.as_ptr()) } as usize;
-            failed |= *slot == 0;
-        }
-    }
-    if failed {
-        // SAFETY: dlerror only reads and resets thread-local loader state.
-        unsafe { libc::dlerror() };
-    }
-    !object.is_null()
-}
-
-fn resolve(name: &'static CStr) -> usize {
-    let mut out = [0usize];
-    resolve_all(&[name], &mut out);
-    out[0]
-}
+use super::resolve::Entry;
 
 pub static CU_CTX_GET_CURRENT: Entry = Entry::new(c"cuCtxGetCurrent");
 pub static CU_CTX_GET_DEVICE: Entry = Entry::new(c"cuCtxGetDevice");
@@ -117,15 +22,26 @@ pub fn current_context() -> CUcontext {
     if f == 0 {
         return std::ptr::null_mut();
     }
+    // SAFETY: `f` is the driver's `cuCtxGetCurrent`, as resolved by its entry.
+    unsafe { ctx_get_current(f) }.unwrap_or(std::ptr::null_mut())
+}
+
+/// Calls `cuCtxGetCurrent` at `f`: the current context (null: none), or the driver's error.
+/// The one place it is called, for the hooks and for classification.
+///
+/// # Safety
+/// `f` is the address of the driver's `cuCtxGetCurrent`.
+#[inline]
+pub(super) unsafe fn ctx_get_current(f: usize) -> Result<CUcontext, CUresult> {
     let mut ctx: CUcontext = std::ptr::null_mut();
-    // SAFETY: `cuCtxGetCurrent(CUcontext *pctx)`.
+    // SAFETY: `CUresult cuCtxGetCurrent(CUcontext *pctx)` at `f` (the caller's promise).
     let rc = unsafe {
         std::mem::transmute::<usize, unsafe extern "C" fn(*mut CUcontext) -> CUresult>(f)(&mut ctx)
     };
     if rc == CUDA_SUCCESS {
-        ctx
+        Ok(ctx)
     } else {
-        std::ptr::null_mut()
+        Err(rc)
     }
 }
 
