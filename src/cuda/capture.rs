@@ -81,7 +81,7 @@ fn ask(stream: usize, per_thread: bool) -> u32 {
     type F = unsafe extern "C" fn(usize, *mut u32) -> CUresult;
     // SAFETY: `cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *status)`; the
     // status enum is 4 bytes.
-    let rc = unsafe { std::mem::transmute::<usize, F>(f)(stream, &mut status) };
+    let rc = unsafe { crate::sys::func::fn_at::<F>(f)(stream, &mut status) };
     // CU_STREAM_CAPTURE_STATUS_ACTIVE (1) or _INVALIDATED (2): either way, no memory now.
     if rc == CUDA_SUCCESS && status != 0 {
         flags::GRAPH

@@ -12,7 +12,6 @@
 //! size 0; likewise an unmap of a span the registry holds nothing of.
 
 use std::ffi::CStr;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::events::{self, flags, EventKind, MemEvent, MemType};
 use crate::registry::{self, Allocation};
@@ -35,8 +34,9 @@ pub enum Pending {
 }
 
 /// Run event code so that a bug in it can never unwind into the C caller.
+#[inline(always)]
 pub fn guarded<R>(f: impl FnOnce() -> R, fallback: R) -> R {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
+    crate::sys::boundary::guarded(f, || fallback)
 }
 
 /// Announce an allocation that succeeded. Inlined into the allocation hooks (the hot path); the

@@ -36,7 +36,7 @@ pub(super) unsafe fn ctx_get_current(f: usize) -> Result<CUcontext, CUresult> {
     let mut ctx: CUcontext = std::ptr::null_mut();
     // SAFETY: `CUresult cuCtxGetCurrent(CUcontext *pctx)` at `f` (the caller's promise).
     let rc = unsafe {
-        std::mem::transmute::<usize, unsafe extern "C" fn(*mut CUcontext) -> CUresult>(f)(&mut ctx)
+        crate::sys::func::fn_at::<unsafe extern "C" fn(*mut CUcontext) -> CUresult>(f)(&mut ctx)
     };
     if rc == CUDA_SUCCESS {
         Ok(ctx)
@@ -96,7 +96,7 @@ pub fn current_device() -> c_int {
     let mut dev: CUdevice = -1;
     // SAFETY: `cuCtxGetDevice(CUdevice *device)`.
     let rc = unsafe {
-        std::mem::transmute::<usize, unsafe extern "C" fn(*mut CUdevice) -> CUresult>(f)(&mut dev)
+        crate::sys::func::fn_at::<unsafe extern "C" fn(*mut CUdevice) -> CUresult>(f)(&mut dev)
     };
     if rc == CUDA_SUCCESS {
         dev
@@ -148,7 +148,7 @@ pub fn describe(ptr: usize) -> Option<Described> {
     // SAFETY: `cuPointerGetAttributes(n, attributes, data, ptr)`: four attributes, each data
     // pointer to a slot of the attribute's size (CONTEXT 8 bytes, the others 4).
     let rc = unsafe {
-        std::mem::transmute::<usize, Attrs>(attrs)(4, kinds.as_ptr(), data.as_mut_ptr(), ptr as u64)
+        crate::sys::func::fn_at::<Attrs>(attrs)(4, kinds.as_ptr(), data.as_mut_ptr(), ptr as u64)
     };
     // Memory type 0: the driver does not know the pointer.
     if rc != CUDA_SUCCESS || mem == 0 {
@@ -168,8 +168,7 @@ pub fn describe(ptr: usize) -> Option<Described> {
     let (mut base, mut size) = (0u64, 0usize);
     type Range = unsafe extern "C" fn(*mut u64, *mut usize, u64) -> CUresult;
     // SAFETY: `cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr ptr)`.
-    let rc =
-        unsafe { std::mem::transmute::<usize, Range>(range)(&mut base, &mut size, ptr as u64) };
+    let rc = unsafe { crate::sys::func::fn_at::<Range>(range)(&mut base, &mut size, ptr as u64) };
     if switch {
         set_current(current);
     }
@@ -186,9 +185,8 @@ fn set_current(ctx: CUcontext) -> bool {
     let f = CU_CTX_SET_CURRENT.get();
     // SAFETY: `cuCtxSetCurrent(CUcontext ctx)` with a context the driver handed out (or null).
     f != 0
-        && unsafe {
-            std::mem::transmute::<usize, unsafe extern "C" fn(CUcontext) -> CUresult>(f)(ctx)
-        } == CUDA_SUCCESS
+        && unsafe { crate::sys::func::fn_at::<unsafe extern "C" fn(CUcontext) -> CUresult>(f)(ctx) }
+            == CUDA_SUCCESS
 }
 
 /// Whether the driver reports `ptr` as managed memory (false when it cannot tell).
@@ -204,12 +202,7 @@ pub fn is_managed(ptr: usize) -> bool {
     type Attrs = unsafe extern "C" fn(u32, *const u32, *mut *mut c_void, u64) -> CUresult;
     // SAFETY: `cuPointerGetAttributes` with one 4-byte attribute and its 4-byte slot.
     let rc = unsafe {
-        std::mem::transmute::<usize, Attrs>(f)(
-            1,
-            [IS_MANAGED].as_ptr(),
-            data.as_mut_ptr(),
-            ptr as u64,
-        )
+        crate::sys::func::fn_at::<Attrs>(f)(1, [IS_MANAGED].as_ptr(), data.as_mut_ptr(), ptr as u64)
     };
     rc == CUDA_SUCCESS && managed != 0
 }

@@ -143,7 +143,7 @@ macro_rules! cuda_hooks {
                         return <$ret as Status>::NO_ORIGINAL;
                     }
                     // SAFETY: ORIGINAL holds the address of the real `$sym`, same signature.
-                    let real = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($ty),*) -> $ret>(real) };
+                    let real = unsafe { crate::sys::func::fn_at::<unsafe extern "C" fn($($ty),*) -> $ret>(real) };
                     // Lookups are mapped at every depth (the runtime resolves the driver from
                     // inside hooked calls), and captures counted at every depth; only memory
                     // hooks need the outermost-call guard.

@@ -4,6 +4,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Run `f`; on a panic (a bug in cuhook), return `fallback()` instead.
+#[inline(always)]
 pub(crate) fn guarded<R>(f: impl FnOnce() -> R, fallback: impl FnOnce() -> R) -> R {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| fallback())
 }

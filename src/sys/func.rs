@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// # Safety
 /// `address` must be non-zero and the entry point of a function whose ABI and signature are
 /// exactly `F`, and stay valid (its object loaded) for as long as the result is used.
+#[inline(always)]
 pub(crate) unsafe fn fn_at<F: Copy>(address: usize) -> F {
     const {
         assert!(std::mem::size_of::<F>() == std::mem::size_of::<usize>());

@@ -111,7 +111,7 @@ impl DriverApi for LibCuda {
         let mut n: c_int = 0;
         // SAFETY: `CUresult cuDeviceGetCount(int *count)`.
         let rc = unsafe {
-            std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_int) -> CUresult>(f)(&mut n)
+            crate::sys::func::fn_at::<unsafe extern "C" fn(*mut c_int) -> CUresult>(f)(&mut n)
         };
         ok(rc, n)
     }
@@ -123,7 +123,7 @@ impl DriverApi for LibCuda {
         let mut v: c_int = 0;
         type F = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CUresult;
         // SAFETY: `CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute a, CUdevice dev)`.
-        let rc = unsafe { std::mem::transmute::<usize, F>(f)(&mut v, attribute, device) };
+        let rc = unsafe { crate::sys::func::fn_at::<F>(f)(&mut v, attribute, device) };
         ok(rc, v)
     }
 
@@ -145,7 +145,7 @@ impl DriverApi for LibCuda {
         // void **data, CUdeviceptr ptr)`: `n` attributes (a C enum is 4 bytes) and `n` data
         // pointers, each to an 8-byte slot, at least the size of any attribute requested.
         unsafe {
-            std::mem::transmute::<usize, F>(f)(
+            crate::sys::func::fn_at::<F>(f)(
                 n as c_uint,
                 attributes.as_ptr(),
                 data.as_mut_ptr(),
@@ -162,7 +162,7 @@ impl DriverApi for LibCuda {
         type F = unsafe extern "C" fn(*mut u64, *mut c_void) -> CUresult;
         // SAFETY: `cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr)`;
         // the driver only looks the address up, it never dereferences it.
-        let rc = unsafe { std::mem::transmute::<usize, F>(f)(&mut handle, ptr as *mut c_void) };
+        let rc = unsafe { crate::sys::func::fn_at::<F>(f)(&mut handle, ptr as *mut c_void) };
         ok(rc, handle)
     }
 
@@ -171,7 +171,7 @@ impl DriverApi for LibCuda {
             return CUDA_ERROR_NOT_INITIALIZED;
         };
         // SAFETY: `CUresult cuMemRelease(CUmemGenericAllocationHandle handle)`.
-        unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(u64) -> CUresult>(f)(handle) }
+        unsafe { crate::sys::func::fn_at::<unsafe extern "C" fn(u64) -> CUresult>(f)(handle) }
     }
 
     fn ctx_get_current(&self) -> DriverResult<usize> {
@@ -188,7 +188,7 @@ impl DriverApi for LibCuda {
         };
         type F = unsafe extern "C" fn(*mut c_void) -> CUresult;
         // SAFETY: `CUresult cuCtxSetCurrent(CUcontext ctx)` with a context the driver gave us.
-        unsafe { std::mem::transmute::<usize, F>(f)(ctx as *mut c_void) }
+        unsafe { crate::sys::func::fn_at::<F>(f)(ctx as *mut c_void) }
     }
 
     fn primary_ctx_retain(&self, device: i32) -> DriverResult<usize> {
@@ -198,7 +198,7 @@ impl DriverApi for LibCuda {
         let mut ctx: *mut c_void = std::ptr::null_mut();
         type F = unsafe extern "C" fn(*mut *mut c_void, c_int) -> CUresult;
         // SAFETY: `CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)`.
-        let rc = unsafe { std::mem::transmute::<usize, F>(f)(&mut ctx, device) };
+        let rc = unsafe { crate::sys::func::fn_at::<F>(f)(&mut ctx, device) };
         ok(rc, ctx as usize)
     }
 }
