@@ -20,14 +20,14 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::abi::{CUresult, CUDA_SUCCESS};
-use super::resolve::Entry;
+use super::resolve::DriverSymbol;
 use crate::events::flags;
 
 /// Captures begun (successfully, after install) and not yet ended.
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
-static IS_CAPTURING: Entry = Entry::new(c"cuStreamIsCapturing");
-static IS_CAPTURING_PTSZ: Entry = Entry::new(c"cuStreamIsCapturing_ptsz");
+static IS_CAPTURING: DriverSymbol = DriverSymbol::new(c"cuStreamIsCapturing");
+static IS_CAPTURING_PTSZ: DriverSymbol = DriverSymbol::new(c"cuStreamIsCapturing_ptsz");
 
 /// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`: the capture ended, in error.
 const CAPTURE_INVALIDATED: CUresult = 901;

@@ -11,10 +11,10 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::abi::{CUcontext, CUdevice, CUresult, CUDA_SUCCESS};
-use super::resolve::Entry;
+use super::resolve::DriverSymbol;
 
-pub static CU_CTX_GET_CURRENT: Entry = Entry::new(c"cuCtxGetCurrent");
-pub static CU_CTX_GET_DEVICE: Entry = Entry::new(c"cuCtxGetDevice");
+pub static CU_CTX_GET_CURRENT: DriverSymbol = DriverSymbol::new(c"cuCtxGetCurrent");
+pub static CU_CTX_GET_DEVICE: DriverSymbol = DriverSymbol::new(c"cuCtxGetDevice");
 
 /// The calling thread's current context, or null.
 pub fn current_context() -> CUcontext {
@@ -105,9 +105,9 @@ pub fn current_device() -> c_int {
     }
 }
 
-pub static CU_CTX_SET_CURRENT: Entry = Entry::new(c"cuCtxSetCurrent");
-pub static CU_POINTER_GET_ATTRIBUTES: Entry = Entry::new(c"cuPointerGetAttributes");
-pub static CU_MEM_GET_ADDRESS_RANGE: Entry = Entry::new(c"cuMemGetAddressRange_v2");
+pub static CU_CTX_SET_CURRENT: DriverSymbol = DriverSymbol::new(c"cuCtxSetCurrent");
+pub static CU_POINTER_GET_ATTRIBUTES: DriverSymbol = DriverSymbol::new(c"cuPointerGetAttributes");
+pub static CU_MEM_GET_ADDRESS_RANGE: DriverSymbol = DriverSymbol::new(c"cuMemGetAddressRange_v2");
 
 /// What the driver says about an allocation it holds and cuhook never saw allocated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

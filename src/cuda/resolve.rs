@@ -10,14 +10,14 @@ use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// One lazily resolved driver entry point.
-pub struct Entry {
+pub struct DriverSymbol {
     name: &'static CStr,
     address: AtomicUsize,
 }
 
-impl Entry {
-    pub(super) const fn new(name: &'static CStr) -> Entry {
-        Entry {
+impl DriverSymbol {
+    pub(super) const fn new(name: &'static CStr) -> DriverSymbol {
+        DriverSymbol {
             name,
             address: AtomicUsize::new(0),
         }

@@ -75,7 +75,8 @@ pub struct Slot {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Entry {
+/// One indexed slot with its symbol name and version, as (offset, length) in the arena.
+struct NamedSlot {
     name: (u32, u32),
     version: Option<(u32, u32)>,
     slot: Slot,
@@ -93,7 +94,7 @@ pub struct ObjectIndex {
     /// Relocations of wanted symbols that the loader wrote into the object's code
     /// (`DT_TEXTREL`). Code is never made writable, so calls made through them are not seen.
     pub text_references: usize,
-    entries: Vec<Entry>,
+    entries: Vec<NamedSlot>,
     arena: Vec<u8>,
 }
 
@@ -114,7 +115,7 @@ const MAX_SYMBOL: usize = 4096;
 /// [`ObjectIndex::from_room`] copies them out afterwards. A [`IndexRoom::fixed`] room never
 /// grows (see `room.rs`): it is used inside walks of the loader's list.
 pub struct IndexRoom {
-    entries: Vec<Entry>,
+    entries: Vec<NamedSlot>,
     arena: Vec<u8>,
     /// Scratch of the object being indexed: its version names (index, string offset) and the
     /// symbol indexes of the wanted names.
@@ -232,9 +233,9 @@ impl ObjectIndex {
     pub fn from_room(object: Arc<LoadedObject>, room: &IndexRoom, part: &Indexed) -> ObjectIndex {
         let shift = part.arena.start as u32;
         let rebase = |(off, len): (u32, u32)| (off - shift, len);
-        let mut entries: Vec<Entry> = room.entries[part.entries.clone()]
+        let mut entries: Vec<NamedSlot> = room.entries[part.entries.clone()]
             .iter()
-            .map(|e| Entry {
+            .map(|e| NamedSlot {
                 name: rebase(e.name),
                 version: e.version.map(rebase),
                 slot: e.slot,
@@ -342,7 +343,7 @@ fn index_tables(
         fixed,
     } = room;
     let fixed = *fixed;
-    let finish = |part: Indexed, entries: &Vec<Entry>, arena: &Vec<u8>| Indexed {
+    let finish = |part: Indexed, entries: &Vec<NamedSlot>, arena: &Vec<u8>| Indexed {
         entries: 0..entries.len(),
         arena: 0..arena.len(),
         ..part
@@ -428,7 +429,7 @@ fn index_tables(
             };
             push(
                 entries,
-                Entry {
+                NamedSlot {
                     name,
                     version,
                     slot: Slot {
