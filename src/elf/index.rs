@@ -74,8 +74,8 @@ pub struct Slot {
     pub canonical_plt: Option<usize>,
 }
 
-#[derive(Debug, Clone, Copy)]
 /// One indexed slot with its symbol name and version, as (offset, length) in the arena.
+#[derive(Debug, Clone, Copy)]
 struct NamedSlot {
     name: (u32, u32),
     version: Option<(u32, u32)>,
