@@ -89,6 +89,18 @@ impl<'a> Image<'a> {
         Some(unsafe { std::ptr::read_unaligned(addr as *const T) })
     }
 
+    /// `n` consecutive values at `addr`, checked once: `None` unless they all lie in one
+    /// readable segment and `addr` is aligned for `T` (callers then read one by one).
+    pub fn array<T: Copy + Plain>(&self, addr: usize, n: usize) -> Option<&'a [T]> {
+        let len = n.checked_mul(std::mem::size_of::<T>())?;
+        if !addr.is_multiple_of(std::mem::align_of::<T>()) || !self.readable(addr, len) {
+            return None;
+        }
+        // SAFETY: `[addr, addr+len)` lies in one readable segment of an object the caller keeps
+        // loaded; `addr` is aligned for `T`, which is plain data valid for any bit pattern.
+        Some(unsafe { std::slice::from_raw_parts(addr as *const T, n) })
+    }
+
     /// The NUL-terminated string at `addr`, looking at most `max` bytes and never past a
     /// segment's end.
     pub fn c_str(&self, addr: usize, max: usize) -> Option<&'a [u8]> {
