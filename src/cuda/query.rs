@@ -45,6 +45,42 @@ pub(super) unsafe fn ctx_get_current(f: usize) -> Result<CUcontext, CUresult> {
     }
 }
 
+/// Calls `cuCtxSetCurrent(ctx)` at `f`. The one place it is called.
+///
+/// # Safety
+/// `f` is the address of the driver's `cuCtxSetCurrent`; `ctx` is null or a context the driver
+/// handed out.
+pub(super) unsafe fn ctx_set_current(f: usize, ctx: CUcontext) -> CUresult {
+    // SAFETY: `CUresult cuCtxSetCurrent(CUcontext ctx)` at `f` (the caller's promise).
+    unsafe { crate::sys::func::fn_at::<unsafe extern "C" fn(CUcontext) -> CUresult>(f)(ctx) }
+}
+
+/// Calls `cuPointerGetAttributes(n, attributes, data, ptr)` at `f`, `n` being the length of
+/// both slices. The one place it is called.
+///
+/// # Safety
+/// `f` is the address of the driver's `cuPointerGetAttributes`; each `data[i]` points to
+/// writable storage at least as large as attribute `attributes[i]`'s value.
+pub(super) unsafe fn pointer_get_attributes(
+    f: usize,
+    attributes: &[u32],
+    data: &mut [*mut c_void],
+    ptr: usize,
+) -> CUresult {
+    debug_assert_eq!(attributes.len(), data.len());
+    type Attrs = unsafe extern "C" fn(u32, *const u32, *mut *mut c_void, u64) -> CUresult;
+    // SAFETY: the signature of `cuPointerGetAttributes` (a C enum is 4 bytes) at `f`, with
+    // `n` attributes and `n` data pointers (the caller's promise about their sizes).
+    unsafe {
+        crate::sys::func::fn_at::<Attrs>(f)(
+            attributes.len().min(data.len()) as u32,
+            attributes.as_ptr(),
+            data.as_mut_ptr(),
+            ptr as u64,
+        )
+    }
+}
+
 /// Bumped when a context is destroyed or reset: its handle may be reused for another device.
 static CONTEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
@@ -144,12 +180,9 @@ pub fn describe(ptr: usize) -> Option<Described> {
         (&mut managed as *mut u32).cast(),
         (&mut dev as *mut i32).cast(),
     ];
-    type Attrs = unsafe extern "C" fn(u32, *const u32, *mut *mut c_void, u64) -> CUresult;
-    // SAFETY: `cuPointerGetAttributes(n, attributes, data, ptr)`: four attributes, each data
-    // pointer to a slot of the attribute's size (CONTEXT 8 bytes, the others 4).
-    let rc = unsafe {
-        crate::sys::func::fn_at::<Attrs>(attrs)(4, kinds.as_ptr(), data.as_mut_ptr(), ptr as u64)
-    };
+    // SAFETY: the driver's function; four attributes, each data pointer to a slot of the
+    // attribute's size (CONTEXT 8 bytes, the others 4).
+    let rc = unsafe { pointer_get_attributes(attrs, &kinds, &mut data, ptr) };
     // Memory type 0: the driver does not know the pointer.
     if rc != CUDA_SUCCESS || mem == 0 {
         return None;
@@ -183,10 +216,8 @@ pub fn describe(ptr: usize) -> Option<Described> {
 
 fn set_current(ctx: CUcontext) -> bool {
     let f = CU_CTX_SET_CURRENT.get();
-    // SAFETY: `cuCtxSetCurrent(CUcontext ctx)` with a context the driver handed out (or null).
-    f != 0
-        && unsafe { crate::sys::func::fn_at::<unsafe extern "C" fn(CUcontext) -> CUresult>(f)(ctx) }
-            == CUDA_SUCCESS
+    // SAFETY: the driver's function, with a context the driver handed out (or null).
+    f != 0 && unsafe { ctx_set_current(f, ctx) } == CUDA_SUCCESS
 }
 
 /// Whether the driver reports `ptr` as managed memory (false when it cannot tell).
@@ -199,10 +230,7 @@ pub fn is_managed(ptr: usize) -> bool {
     }
     let mut managed = 0u32;
     let mut data: [*mut c_void; 1] = [(&mut managed as *mut u32).cast()];
-    type Attrs = unsafe extern "C" fn(u32, *const u32, *mut *mut c_void, u64) -> CUresult;
-    // SAFETY: `cuPointerGetAttributes` with one 4-byte attribute and its 4-byte slot.
-    let rc = unsafe {
-        crate::sys::func::fn_at::<Attrs>(f)(1, [IS_MANAGED].as_ptr(), data.as_mut_ptr(), ptr as u64)
-    };
+    // SAFETY: the driver's function, with one 4-byte attribute and its 4-byte slot.
+    let rc = unsafe { pointer_get_attributes(f, &[IS_MANAGED], &mut data, ptr) };
     rc == CUDA_SUCCESS && managed != 0
 }

@@ -10,7 +10,7 @@
 //! called with that function's C signature (CUDA 13 ABI, also the fake's `fake_cuda.h`).
 #![allow(unsafe_code)]
 
-use std::ffi::{c_int, c_uint, c_void, CStr};
+use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::interface::{
@@ -140,18 +140,9 @@ impl DriverApi for LibCuda {
         for (d, v) in data.iter_mut().zip(values.iter_mut()) {
             *d = (v as *mut u64).cast();
         }
-        type F = unsafe extern "C" fn(c_uint, *const u32, *mut *mut c_void, u64) -> CUresult;
-        // SAFETY: `cuPointerGetAttributes(unsigned n, CUpointer_attribute *attributes,
-        // void **data, CUdeviceptr ptr)`: `n` attributes (a C enum is 4 bytes) and `n` data
-        // pointers, each to an 8-byte slot, at least the size of any attribute requested.
-        unsafe {
-            crate::sys::func::fn_at::<F>(f)(
-                n as c_uint,
-                attributes.as_ptr(),
-                data.as_mut_ptr(),
-                ptr as u64,
-            )
-        }
+        // SAFETY: the driver's `cuPointerGetAttributes`: `n` attributes and `n` data pointers,
+        // each to an 8-byte slot, at least the size of any attribute requested.
+        unsafe { crate::cuda::query::pointer_get_attributes(f, attributes, &mut data[..n], ptr) }
     }
 
     fn retain_allocation_handle(&self, ptr: usize) -> DriverResult<u64> {
@@ -186,9 +177,8 @@ impl DriverApi for LibCuda {
         let Some(f) = self.get(DriverFn::CtxSetCurrent) else {
             return CUDA_ERROR_NOT_INITIALIZED;
         };
-        type F = unsafe extern "C" fn(*mut c_void) -> CUresult;
-        // SAFETY: `CUresult cuCtxSetCurrent(CUcontext ctx)` with a context the driver gave us.
-        unsafe { crate::sys::func::fn_at::<F>(f)(ctx as *mut c_void) }
+        // SAFETY: the driver's `cuCtxSetCurrent`, with a context the driver gave us.
+        unsafe { crate::cuda::query::ctx_set_current(f, ctx as *mut c_void as _) }
     }
 
     fn primary_ctx_retain(&self, device: i32) -> DriverResult<usize> {
