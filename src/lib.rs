@@ -64,6 +64,7 @@ pub mod output;
 pub mod patch;
 pub mod registry;
 pub mod report;
+mod sync;
 
 pub use api::{
     hook_table, install, lookup, lookup_span, subscribe, subscribe_with_existing, Subscription,

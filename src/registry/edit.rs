@@ -9,7 +9,7 @@
 //! stays allocated through a trim or split always finds it.
 #![deny(unsafe_code)]
 
-use core::sync::atomic::{AtomicUsize, Ordering::Relaxed, Ordering::Release};
+use crate::sync::{AtomicUsize, Ordering::Relaxed, Ordering::Release};
 
 use super::record::Record;
 use super::slab::Ptr;

@@ -5,7 +5,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use super::Registry;
 use crate::Result;
 
+#[cfg(not(loom))]
 static GLOBAL: Registry = Registry::new();
+/// Loom builds only run the models, which never touch the process-wide registry; this keeps the
+/// rest of the crate compiling (loom's atomics cannot live in a plain static).
+#[cfg(loom)]
+static GLOBAL: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(Registry::new);
 static ATTACHED: AtomicBool = AtomicBool::new(false);
 static UNKNOWN_FREES: AtomicU64 = AtomicU64::new(0);
 static FAILED_FREES: AtomicU64 = AtomicU64::new(0);
