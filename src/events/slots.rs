@@ -24,20 +24,32 @@
 //! registration of a function that lives as long as the process (see [`after_fork_child`]).
 #![allow(unsafe_code)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
+
+use crate::sync::{atomic_array, spin_loop, yield_now, AtomicU64, Ordering};
 
 use super::thread::{ThreadState, THREAD};
 
 /// How many nested dispatch levels a thread may have (callback → allocation → dispatch → …).
 /// Deeper dispatches are dropped and counted, so a callback that allocates on every event
 /// terminates.
+#[cfg(not(loom))]
 pub const MAX_DEPTH: usize = 8;
+/// Under loom, fewer levels and slots: the models' threads need few, and every atomic created
+/// costs the model checker.
+#[cfg(loom)]
+pub const MAX_DEPTH: usize = 2;
 
 /// All slots. 512 × 128 bytes = 64 KiB of zero-initialised memory, touched only as used.
+#[cfg(not(loom))]
 pub(crate) const SLOT_COUNT: usize = 512;
+#[cfg(loom)]
+pub(crate) const SLOT_COUNT: usize = 4;
 /// Slots at the end kept free for threads that have no owned slot; lent per outermost dispatch.
+#[cfg(not(loom))]
 const SPARE: usize = 16;
+#[cfg(loom)]
+const SPARE: usize = 1;
 /// Slots that threads own until they exit.
 const OWNED: usize = SLOT_COUNT - SPARE;
 
@@ -61,12 +73,14 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    const fn new() -> Slot {
+    crate::sync::const_unless_loom! {
+    fn new() -> Slot {
         Slot {
             owner: AtomicU64::new(FREE),
             epoch: AtomicU64::new(0),
-            active: [const { AtomicU64::new(0) }; MAX_DEPTH],
+            active: atomic_array![AtomicU64::new(0); MAX_DEPTH],
         }
+    }
     }
 
     fn clear(&self) {
@@ -77,7 +91,12 @@ impl Slot {
     }
 }
 
+#[cfg(not(loom))]
 pub(crate) static SLOTS: [Slot; SLOT_COUNT] = [const { Slot::new() }; SLOT_COUNT];
+#[cfg(loom)]
+loom::lazy_static! {
+    pub(crate) static ref SLOTS: [Slot; SLOT_COUNT] = core::array::from_fn(|_| Slot::new());
+}
 
 /// Where a new dispatch level of this thread announces itself.
 pub(crate) struct Level {
@@ -221,9 +240,9 @@ pub(crate) fn reclaim_if_dead(slot: &Slot) -> bool {
 pub(crate) fn backoff(spins: &mut u32) {
     *spins = spins.wrapping_add(1);
     if *spins < 64 {
-        std::hint::spin_loop();
+        spin_loop();
     } else {
-        std::thread::yield_now();
+        yield_now();
     }
 }
 
@@ -243,7 +262,7 @@ fn thread_alive(tid: u64) -> bool {
 /// caller's slot its new thread id.
 extern "C" fn after_fork_child() {
     let mine = current_slot();
-    for slot in &SLOTS {
+    for slot in SLOTS.iter() {
         if mine.is_some_and(|m| std::ptr::eq(m, slot)) {
             if slot.owner.load(Ordering::Relaxed) != LENT {
                 slot.owner.store(gettid(), Ordering::Relaxed);
@@ -255,7 +274,7 @@ extern "C" fn after_fork_child() {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
