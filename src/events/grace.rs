@@ -39,7 +39,7 @@ loom::lazy_static! {
 }
 
 /// True once `membarrier` is registered; never goes back to false. Not an atomic of the modelled
-/// protocol: under loom it stays false (loom cannot model `membarrier`).
+/// protocol: under loom (and Miri) it stays false.
 static ASYMMETRIC: AtomicBool = AtomicBool::new(false);
 static MODE: Once = Once::new();
 
@@ -69,7 +69,11 @@ fn membarrier(cmd: libc::c_long) -> libc::c_long {
 /// against either writer barrier.
 pub(crate) fn init_writer() {
     MODE.call_once(|| {
-        if cfg!(loom) || std::env::var_os("CUHOOK_NO_MEMBARRIER").is_some_and(|v| v == "1") {
+        // Loom and Miri cannot model or run `membarrier`: they check the fence scheme.
+        if cfg!(loom)
+            || cfg!(miri)
+            || std::env::var_os("CUHOOK_NO_MEMBARRIER").is_some_and(|v| v == "1")
+        {
             return;
         }
         let supported = membarrier(MEMBARRIER_CMD_QUERY);

@@ -26,7 +26,10 @@ static REPORT: spin::Mutex<Option<ReportTarget>> = spin::Mutex::new(None);
 /// Runs when the object containing cuhook is loaded.
 // SAFETY: `.init_array` holds pointers to `extern "C" fn()` run by the loader at load time; this
 // entry is exactly such a pointer, and the function catches every panic.
+// Not under Miri, which runs `.init_array` too but cannot call `getauxval`/`dladdr` (a test
+// binary is never `libcuhook*.so` anyway).
 #[allow(unsafe_code)]
+#[cfg(not(miri))]
 #[used]
 #[unsafe(link_section = ".init_array")]
 static CONSTRUCTOR: extern "C" fn() = constructor;

@@ -151,7 +151,8 @@ impl Bucket {
 /// A slot value for `p` with tag `tag`.
 #[inline(always)]
 pub(super) fn slot_of<T>(p: Ptr<T>, tag: usize) -> usize {
-    p.as_mut_ptr() as usize | tag
+    // Exposed: the pointer is rebuilt from the integer (what `as` does, said explicitly).
+    p.as_mut_ptr().expose_provenance() | tag
 }
 
 #[inline(always)]
@@ -162,7 +163,7 @@ pub(super) const fn tag(slot: usize) -> usize {
 /// The element a slot value points at, as a handle.
 #[inline(always)]
 pub(super) fn ptr_of<T>(slot: usize) -> Ptr<T> {
-    Ptr::new((slot & !TAG) as *mut T).expect("non-empty slot")
+    Ptr::new(ptr::with_exposed_provenance_mut(slot & !TAG)).expect("non-empty slot")
 }
 
 /// Borrows the element a slot value or field points at.
@@ -177,7 +178,7 @@ pub(super) fn deref<'a, T>(p: *mut T) -> Option<&'a T> {
 #[inline(always)]
 pub(super) fn target<'a, T>(slot: usize) -> &'a T {
     // Non-null by construction (the callers have checked the tag); `deref` handles null anyway.
-    match deref((slot & !TAG) as *mut T) {
+    match deref(ptr::with_exposed_provenance_mut::<T>(slot & !TAG)) {
         Some(t) => t,
         None => unreachable_slot(),
     }

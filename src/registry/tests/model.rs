@@ -310,14 +310,23 @@ fn registry_model_short_sequences() {
         return;
     }
     let mut longest = 0;
-    for seed in 0..3000 {
+    // Interpreted, a few seeds are what fits in minutes.
+    let seeds = if cfg!(miri) { 6 } else { 3000 };
+    for seed in 0..seeds {
         longest = longest.max(run(seed, 200).1);
     }
     // Dense sequences must have shared granules among more ranges than one bucket holds.
-    assert!(longest >= 2, "longest bucket chain: {longest}");
+    assert!(
+        cfg!(miri) || longest >= 2,
+        "longest bucket chain: {longest}"
+    );
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "64,000 operations: too slow interpreted (the short ones run)"
+)]
 fn registry_model_long_sequences() {
     if seed_from_env().is_some() {
         return;
