@@ -34,6 +34,7 @@ static REPORT: spin::Mutex<Option<ReportTarget>> = spin::Mutex::new(None);
 #[unsafe(link_section = ".init_array")]
 static CONSTRUCTOR: extern "C" fn() = constructor;
 
+#[cfg_attr(miri, allow(dead_code))] // not registered under Miri
 extern "C" fn constructor() {
     let _ = std::panic::catch_unwind(|| {
         if secure_execution() || !loaded_as_libcuhook() {
@@ -60,6 +61,7 @@ extern "C" fn constructor() {
     });
 }
 
+#[cfg_attr(miri, allow(dead_code))] // only the constructor calls it
 fn secure_execution() -> bool {
     // SAFETY: getauxval has no preconditions.
     #[allow(unsafe_code)]
@@ -69,6 +71,7 @@ fn secure_execution() -> bool {
 
 /// Whether our code lives in a shared object named `libcuhook*.so` (not in a program or a host
 /// library that links cuhook statically and decides for itself).
+#[cfg_attr(miri, allow(dead_code))] // only the constructor calls it
 fn loaded_as_libcuhook() -> bool {
     let mut info: libc::Dl_info = libc::Dl_info {
         dli_fname: std::ptr::null(),
