@@ -304,29 +304,25 @@ fn seed_from_env() -> Option<u64> {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "too slow interpreted: 2 sequences of 30 operations ran over 10 minutes"
+)]
 fn registry_model_short_sequences() {
     if let Some(seed) = seed_from_env() {
         run(seed, 3000);
         return;
     }
     let mut longest = 0;
-    // Interpreted, a few short sequences are what fits in minutes.
-    let (seeds, ops) = if cfg!(miri) { (2, 30) } else { (3000, 200) };
-    for seed in 0..seeds {
-        longest = longest.max(run(seed, ops).1);
+    for seed in 0..3000 {
+        longest = longest.max(run(seed, 200).1);
     }
     // Dense sequences must have shared granules among more ranges than one bucket holds.
-    assert!(
-        cfg!(miri) || longest >= 2,
-        "longest bucket chain: {longest}"
-    );
+    assert!(longest >= 2, "longest bucket chain: {longest}");
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "64,000 operations: too slow interpreted (the short ones run)"
-)]
+#[cfg_attr(miri, ignore = "64,000 operations: too slow interpreted")]
 fn registry_model_long_sequences() {
     if seed_from_env().is_some() {
         return;
