@@ -46,6 +46,7 @@
 #![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 
 mod api;
+mod atomics;
 /// The C API (`include/cuhook.h`): exported `extern "C"` functions, not for Rust callers.
 #[doc(hidden)]
 pub mod capi;

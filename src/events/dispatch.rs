@@ -35,9 +35,14 @@ impl SubscriberList {
             return;
         };
         let bit = ev.kind.mask();
+        #[cfg(loom)]
+        snapshot.touch();
         for e in snapshot.entries().iter().filter(|e| e.mask & bit != 0) {
             self.invoke(&section, e, ev, bit);
         }
+        // The last read of the snapshot, as far as the loom models are concerned.
+        #[cfg(loom)]
+        snapshot.touch();
     }
 
     /// Calls one subscriber if it is still live for `bit`, announced so that `unsubscribe` can

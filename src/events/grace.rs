@@ -23,15 +23,23 @@
 //! The only unsafe code is the `membarrier` system call: integer arguments, no memory.
 #![allow(unsafe_code)]
 
-use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicBool};
 use std::sync::Once;
+
+use crate::atomics::{fence, AtomicU64, Ordering};
 
 use super::slots::{self, backoff, Slot, MAX_DEPTH, SLOTS};
 
 /// Advanced by writers after each head swap; starts at 1 because 0 means "not dispatching".
+#[cfg(not(loom))]
 static EPOCH: AtomicU64 = AtomicU64::new(1);
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref EPOCH: AtomicU64 = AtomicU64::new(1);
+}
 
-/// True once `membarrier` is registered; never goes back to false.
+/// True once `membarrier` is registered; never goes back to false. Not an atomic of the modelled
+/// protocol: under loom (and Miri) it stays false.
 static ASYMMETRIC: AtomicBool = AtomicBool::new(false);
 static MODE: Once = Once::new();
 
@@ -61,7 +69,11 @@ fn membarrier(cmd: libc::c_long) -> libc::c_long {
 /// against either writer barrier.
 pub(crate) fn init_writer() {
     MODE.call_once(|| {
-        if std::env::var_os("CUHOOK_NO_MEMBARRIER").is_some_and(|v| v == "1") {
+        // Loom and Miri cannot model or run `membarrier`: they check the fence scheme.
+        if cfg!(loom)
+            || cfg!(miri)
+            || std::env::var_os("CUHOOK_NO_MEMBARRIER").is_some_and(|v| v == "1")
+        {
             return;
         }
         let supported = membarrier(MEMBARRIER_CMD_QUERY);
@@ -202,7 +214,7 @@ pub(crate) fn wait_for_calls(removed: &[(u64, u32)]) {
     };
     writer_barrier();
     let mine = slots::current_slot();
-    for slot in &SLOTS {
+    for slot in SLOTS.iter() {
         if mine.is_some_and(|m| std::ptr::eq(m, slot)) {
             // The caller's own in-progress calls complete after it returns; waiting would hang.
             continue;

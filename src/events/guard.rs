@@ -79,7 +79,7 @@ impl Drop for HookGuard {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::super::slots;
     use super::*;

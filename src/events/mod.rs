@@ -20,9 +20,13 @@ mod callback;
 mod dispatch;
 mod grace;
 mod guard;
+#[cfg(all(test, loom))]
+#[path = "tests/loom.rs"]
+mod loom_tests;
+mod slot;
 pub(crate) mod slots;
 mod subscribers;
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;
 mod thread;
 mod types;
@@ -36,7 +40,13 @@ pub use types::{flags, mask, EventKind, MemEvent, MemType};
 
 use crate::Result;
 
+#[cfg(not(loom))]
 static SUBSCRIBERS: SubscriberList = SubscriberList::new();
+/// Loom builds only run the models, which use their own lists (loom's atomics cannot live in a
+/// plain static).
+#[cfg(loom)]
+static SUBSCRIBERS: std::sync::LazyLock<SubscriberList> =
+    std::sync::LazyLock::new(SubscriberList::new);
 
 /// The process-wide subscriber list that the CUDA hooks dispatch to.
 pub fn subscribers() -> &'static SubscriberList {

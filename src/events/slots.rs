@@ -24,60 +24,34 @@
 //! registration of a function that lives as long as the process (see [`after_fork_child`]).
 #![allow(unsafe_code)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
 
+use crate::atomics::{spin_loop, yield_now, Ordering};
+
+pub(crate) use super::slot::Slot;
+pub use super::slot::MAX_DEPTH;
+use super::slot::{FREE, LENT, RECLAIMING};
 use super::thread::{ThreadState, THREAD};
 
-/// How many nested dispatch levels a thread may have (callback → allocation → dispatch → …).
-/// Deeper dispatches are dropped and counted, so a callback that allocates on every event
-/// terminates.
-pub const MAX_DEPTH: usize = 8;
-
 /// All slots. 512 × 128 bytes = 64 KiB of zero-initialised memory, touched only as used.
+#[cfg(not(loom))]
 pub(crate) const SLOT_COUNT: usize = 512;
+#[cfg(loom)]
+pub(crate) const SLOT_COUNT: usize = 4;
 /// Slots at the end kept free for threads that have no owned slot; lent per outermost dispatch.
+#[cfg(not(loom))]
 const SPARE: usize = 16;
+#[cfg(loom)]
+const SPARE: usize = 1;
 /// Slots that threads own until they exit.
 const OWNED: usize = SLOT_COUNT - SPARE;
 
-const FREE: u64 = 0;
-/// Owner value of a spare slot while lent.
-const LENT: u64 = u64::MAX;
-/// Owner value while a dead thread's slot is being cleared.
-const RECLAIMING: u64 = u64::MAX - 1;
-
-/// One thread's announcements. 128-byte aligned so neighbours never share a cache line (nor the
-/// adjacent line that the spatial prefetcher pulls in with it).
-#[repr(C, align(128))]
-pub(crate) struct Slot {
-    /// `FREE`, `LENT`, `RECLAIMING`, or the owner's kernel thread id. Written only on claim/reclaim.
-    owner: AtomicU64,
-    /// Global epoch read when the thread entered its outermost dispatch; 0 outside dispatch.
-    pub(crate) epoch: AtomicU64,
-    /// The call in progress at each nesting level (token and event kind, packed like the live
-    /// table's words); 0 where none runs.
-    pub(crate) active: [AtomicU64; MAX_DEPTH],
-}
-
-impl Slot {
-    const fn new() -> Slot {
-        Slot {
-            owner: AtomicU64::new(FREE),
-            epoch: AtomicU64::new(0),
-            active: [const { AtomicU64::new(0) }; MAX_DEPTH],
-        }
-    }
-
-    fn clear(&self) {
-        self.epoch.store(0, Ordering::Relaxed);
-        for a in &self.active {
-            a.store(0, Ordering::Relaxed);
-        }
-    }
-}
-
+#[cfg(not(loom))]
 pub(crate) static SLOTS: [Slot; SLOT_COUNT] = [const { Slot::new() }; SLOT_COUNT];
+#[cfg(loom)]
+loom::lazy_static! {
+    pub(crate) static ref SLOTS: [Slot; SLOT_COUNT] = core::array::from_fn(|_| Slot::new());
+}
 
 /// Where a new dispatch level of this thread announces itself.
 pub(crate) struct Level {
@@ -221,9 +195,9 @@ pub(crate) fn reclaim_if_dead(slot: &Slot) -> bool {
 pub(crate) fn backoff(spins: &mut u32) {
     *spins = spins.wrapping_add(1);
     if *spins < 64 {
-        std::hint::spin_loop();
+        spin_loop();
     } else {
-        std::thread::yield_now();
+        yield_now();
     }
 }
 
@@ -233,6 +207,10 @@ fn gettid() -> u64 {
 }
 
 fn thread_alive(tid: u64) -> bool {
+    // Miri has no `tgkill`; "alive" only keeps a slot longer.
+    if cfg!(miri) {
+        return true;
+    }
     // SAFETY: signal 0 only checks that the thread exists; no memory is passed.
     let r = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid as libc::pid_t, 0) };
     r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
@@ -243,7 +221,7 @@ fn thread_alive(tid: u64) -> bool {
 /// caller's slot its new thread id.
 extern "C" fn after_fork_child() {
     let mine = current_slot();
-    for slot in &SLOTS {
+    for slot in SLOTS.iter() {
         if mine.is_some_and(|m| std::ptr::eq(m, slot)) {
             if slot.owner.load(Ordering::Relaxed) != LENT {
                 slot.owner.store(gettid(), Ordering::Relaxed);
@@ -255,7 +233,7 @@ extern "C" fn after_fork_child() {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
@@ -280,6 +258,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "needs tgkill, which Miri does not have")]
     fn slot_of_exited_thread_is_reclaimed() {
         let (slot, tid) = std::thread::spawn(|| {
             let _ = enter_level();

@@ -16,8 +16,9 @@
 
 use std::num::NonZeroU64;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+
+use crate::atomics::{atomic_array, AtomicPtr, AtomicU64, Ordering};
 
 use super::callback::{Callback, SubscriptionId};
 use super::grace::{self, Section};
@@ -25,10 +26,15 @@ use super::types::mask;
 use crate::{Error, Result};
 
 /// Most subscriptions one list holds at once.
+#[cfg(not(loom))]
 pub const CAPACITY: usize = 64;
+/// Under loom: few, so that a model's list has few atomics.
+#[cfg(loom)]
+pub const CAPACITY: usize = 4;
 
 /// Source of tokens and subscription ids; never reused (2^56 subscriptions is out of reach).
-static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+/// Only uniqueness matters, so it stays a `std` atomic under loom too.
+static NEXT_TOKEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 fn next_token() -> u64 {
     NEXT_TOKEN.fetch_add(1, Ordering::Relaxed)
@@ -57,6 +63,23 @@ pub(crate) struct Entry {
 pub(crate) struct Snapshot {
     len: usize,
     entries: [Entry; CAPACITY],
+    /// Under loom: read by dispatch, written as the snapshot is freed, so the model checker
+    /// reports a free that is not ordered after every dispatch that could still read it.
+    #[cfg(loom)]
+    in_use: loom::cell::UnsafeCell<()>,
+}
+
+#[cfg(loom)]
+impl Snapshot {
+    /// Records a read of the snapshot by this thread (loom models only).
+    pub(crate) fn touch(&self) {
+        self.in_use.with(|_| ());
+    }
+
+    /// Records the write that freeing is (loom models only).
+    fn freeing(&self) {
+        self.in_use.with_mut(|_| ());
+    }
 }
 
 impl Snapshot {
@@ -65,6 +88,8 @@ impl Snapshot {
         let mut s = Box::new(Snapshot {
             len: entries.len(),
             entries: [entries[0]; CAPACITY],
+            #[cfg(loom)]
+            in_use: loom::cell::UnsafeCell::new(()),
         });
         s.entries[..entries.len()].copy_from_slice(entries);
         s
@@ -116,8 +141,9 @@ pub struct SubscriberList {
 #[repr(C, align(128))]
 #[derive(Default)]
 pub(crate) struct Counters {
-    pub(crate) panics: AtomicU64,
-    pub(crate) dropped: AtomicU64,
+    // Statistics, not part of any protocol: `std` atomics under loom too.
+    pub(crate) panics: std::sync::atomic::AtomicU64,
+    pub(crate) dropped: std::sync::atomic::AtomicU64,
 }
 
 /// Counts of things dispatch had to swallow.
@@ -137,23 +163,25 @@ impl Default for SubscriberList {
 }
 
 impl SubscriberList {
+    crate::atomics::const_unless_loom! {
     /// An empty list. `const` so the process-wide list is a plain static (no lazy init on the
     /// hook path).
-    pub const fn new() -> SubscriberList {
+    pub fn new() -> SubscriberList {
         SubscriberList {
             read: ReadMostly {
                 head: AtomicPtr::new(ptr::null_mut()),
-                live: [const { AtomicU64::new(0) }; CAPACITY],
+                live: atomic_array![AtomicU64::new(0); CAPACITY],
             },
             writer: Mutex::new(Writer {
                 entries: Vec::new(),
                 retired: Vec::new(),
             }),
             counters: Counters {
-                panics: AtomicU64::new(0),
-                dropped: AtomicU64::new(0),
+                panics: std::sync::atomic::AtomicU64::new(0),
+                dropped: std::sync::atomic::AtomicU64::new(0),
             },
         }
+    }
     }
 
     /// Adds `callback` for the events in `mask` ([`mask::ALLOC`], [`mask::FREE`]). Lower
@@ -337,7 +365,15 @@ impl SubscriberList {
             }
             // SAFETY: from Box::into_raw in publish, no longer reachable from `head`, and every
             // thread now dispatching entered after the head swap that retired it.
-            drop(unsafe { Box::from_raw(r.snapshot) });
+            let snapshot = unsafe { Box::from_raw(r.snapshot) };
+            #[cfg(loom)]
+            let snapshot = {
+                // A report unwinds from here: leak rather than free what `retired` still owns.
+                let s = std::mem::ManuallyDrop::new(snapshot);
+                s.freeing();
+                std::mem::ManuallyDrop::into_inner(s)
+            };
+            drop(snapshot);
             false
         });
     }
@@ -346,7 +382,10 @@ impl SubscriberList {
 impl Drop for SubscriberList {
     fn drop(&mut self) {
         let w = self.writer.get_mut().unwrap_or_else(|p| p.into_inner());
+        #[cfg(not(loom))]
         let head = *self.read.head.get_mut();
+        #[cfg(loom)]
+        let head = self.read.head.with_mut(|p| *p);
         for p in w.retired.drain(..).map(|r| r.snapshot).chain(Some(head)) {
             if !p.is_null() {
                 // SAFETY: `&mut self` means no dispatch is in progress on this list; each

@@ -8,7 +8,7 @@
 use std::cell::Cell;
 use std::ffi::CStr;
 
-use super::slots::{Slot, MAX_DEPTH};
+use super::slot::{Slot, MAX_DEPTH};
 
 pub(crate) struct ThreadState {
     /// Slot in use: the owned one, or the borrowed one during a dispatch.
@@ -25,6 +25,7 @@ pub(crate) struct ThreadState {
     pub(crate) hook_api: [Cell<Option<&'static CStr>>; MAX_DEPTH + 1],
 }
 
+#[cfg(not(loom))]
 thread_local! {
     pub(crate) static THREAD: ThreadState = const {
         ThreadState {
@@ -34,5 +35,17 @@ thread_local! {
             hook_levels: Cell::new(0),
             hook_api: [const { Cell::new(None) }; MAX_DEPTH + 1],
         }
+    };
+}
+
+// Loom's threads share one OS thread: a std thread-local would be shared between them.
+#[cfg(loom)]
+loom::thread_local! {
+    pub(crate) static THREAD: ThreadState = ThreadState {
+        slot: Cell::new(None),
+        tried_to_claim: Cell::new(false),
+        depth: Cell::new(0),
+        hook_levels: Cell::new(0),
+        hook_api: [const { Cell::new(None) }; MAX_DEPTH + 1],
     };
 }

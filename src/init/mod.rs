@@ -26,11 +26,15 @@ static REPORT: spin::mutex::SpinMutex<Option<ReportTarget>, spin::relax::Yield> 
 /// Runs when the object containing cuhook is loaded.
 // SAFETY: `.init_array` holds pointers to `extern "C" fn()` run by the loader at load time; this
 // entry is exactly such a pointer, and the function catches every panic.
+// Not under Miri, which runs `.init_array` too but cannot call `getauxval`/`dladdr` (a test
+// binary is never `libcuhook*.so` anyway).
 #[allow(unsafe_code)]
+#[cfg(not(miri))]
 #[used]
 #[unsafe(link_section = ".init_array")]
 static CONSTRUCTOR: extern "C" fn() = constructor;
 
+#[cfg_attr(miri, allow(dead_code))] // not registered under Miri
 extern "C" fn constructor() {
     crate::sys::boundary::guarded(
         || {
@@ -60,6 +64,7 @@ extern "C" fn constructor() {
     );
 }
 
+#[cfg_attr(miri, allow(dead_code))] // only the constructor calls it
 fn secure_execution() -> bool {
     // SAFETY: getauxval has no preconditions.
     #[allow(unsafe_code)]
@@ -69,6 +74,7 @@ fn secure_execution() -> bool {
 
 /// Whether our code lives in a shared object named `libcuhook*.so` (not in a program or a host
 /// library that links cuhook statically and decides for itself).
+#[cfg_attr(miri, allow(dead_code))] // only the constructor calls it
 fn loaded_as_libcuhook() -> bool {
     let Some(path) = crate::sys::dl::file_containing(constructor as *const () as usize) else {
         return false;

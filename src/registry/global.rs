@@ -1,11 +1,29 @@
-//! The process-wide registry and the subscriber that keeps it in step with the events.
+//! The process-wide registry the CUDA hooks keep current, and its `fork()` safety.
+//!
+//! Only the forking thread survives in the child. Had another thread been inside a registry write
+//! (any hooked allocation or free), the child would inherit the writer lock held by a thread that
+//! no longer exists, and its first hooked allocation would spin forever. So the lock is taken
+//! before the fork (the child then gets a table no writer was halfway through) and released on
+//! both sides after it.
+//!
+//! # Safety
+//!
+//! `pthread_atfork` with three `extern "C"` handlers that never unwind. The release handlers
+//! unlock a lock the prepare handler took on the same thread (in the child: the copy of it).
+#![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Once;
 
 use super::Registry;
 use crate::Result;
 
+#[cfg(not(loom))]
 static GLOBAL: Registry = Registry::new();
+/// Loom builds only run the models, which never touch the process-wide registry; this keeps the
+/// rest of the crate compiling (loom's atomics cannot live in a plain static).
+#[cfg(loom)]
+static GLOBAL: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(Registry::new);
 static ATTACHED: AtomicBool = AtomicBool::new(false);
 static UNKNOWN_FREES: AtomicU64 = AtomicU64::new(0);
 static FAILED_FREES: AtomicU64 = AtomicU64::new(0);
@@ -30,7 +48,7 @@ pub fn attached() -> bool {
 /// process with no other subscriber pays nothing for events at all.
 pub fn attach() -> Result<()> {
     if !ATTACHED.swap(true, Ordering::AcqRel) {
-        super::fork::protect();
+        protect_fork();
     }
     Ok(())
 }
@@ -90,4 +108,29 @@ pub fn stats() -> RegistryStats {
         unknown_frees: UNKNOWN_FREES.load(Ordering::Relaxed),
         failed_frees: FAILED_FREES.load(Ordering::Relaxed),
     }
+}
+
+static REGISTERED: Once = Once::new();
+
+/// Install the fork handlers (once per process).
+pub(super) fn protect_fork() {
+    REGISTERED.call_once(|| {
+        // SAFETY: the handlers are plain `extern "C"` functions that never unwind.
+        let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release)) };
+        if rc != 0 {
+            crate::log!(
+                crate::log::Level::Warn,
+                "pthread_atfork failed ({rc}): a fork during a hooked allocation may hang the child"
+            );
+        }
+    });
+}
+
+extern "C" fn prepare() {
+    global().hold_for_fork();
+}
+
+extern "C" fn release() {
+    // SAFETY: `prepare` took the lock on this thread just before the fork.
+    unsafe { global().release_after_fork() };
 }

@@ -53,18 +53,21 @@
 #![allow(unsafe_code)]
 
 mod edit;
-mod fork;
 mod global;
+mod level;
 mod record;
 mod slab;
 mod table;
 mod write;
 
-#[cfg(test)]
+#[cfg(all(test, loom))]
+#[path = "tests/loom.rs"]
+mod loom_tests;
+#[cfg(all(test, not(loom)))]
 mod tests;
 
+use crate::atomics::{const_unless_loom, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use core::ffi::CStr;
-use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crate::events::{MemEvent, MemType};
 pub use global::{
@@ -214,8 +217,9 @@ impl Default for Registry {
 }
 
 impl Registry {
+    const_unless_loom! {
     /// An empty registry.
-    pub const fn new() -> Self {
+    pub fn new() -> Self {
         Registry {
             read: ReadSide {
                 top: AtomicPtr::new(core::ptr::null_mut()),
@@ -228,6 +232,7 @@ impl Registry {
             },
             writer: spin::mutex::Mutex::new(Writer::new()),
         }
+    }
     }
 
     // ---------------------------------------------------------------- read path

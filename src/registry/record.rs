@@ -15,12 +15,12 @@
 //! from one `&'static CStr`.
 #![allow(unsafe_code)]
 
-use core::ffi::CStr;
-use core::ptr;
-use core::sync::atomic::{
+use crate::atomics::{
     fence, AtomicPtr, AtomicU64, AtomicUsize,
     Ordering::{Acquire, Relaxed, Release},
 };
+use core::ffi::CStr;
+use core::ptr;
 
 use super::slab::Fresh;
 use super::Allocation;

@@ -55,7 +55,11 @@ impl<T> Ptr<T> {
 
 /// First chunk size; chunks double up to `MAX_CHUNK` elements and `MAX_CHUNK_BYTES` bytes (page
 /// tables are 4 KiB each).
+#[cfg(not(loom))]
 const FIRST_CHUNK: usize = 64;
+/// Loom creates every atomic of a chunk in the model: keep chunks tiny there.
+#[cfg(loom)]
+const FIRST_CHUNK: usize = 2;
 const MAX_CHUNK: usize = 1 << 13;
 const MAX_CHUNK_BYTES: usize = 1 << 20;
 
@@ -110,7 +114,7 @@ impl<T: Fresh> Slab<T> {
         self.free.push(p);
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(super) fn live(&self) -> usize {
         self.live
     }

@@ -20,17 +20,22 @@
 //! otherwise start again. Only the writer stores slot values (`edit.rs`, under the writer lock).
 #![allow(unsafe_code)]
 
-use core::ptr;
-use core::sync::atomic::{
-    fence, AtomicPtr, AtomicU64, AtomicUsize,
+use crate::atomics::{
+    atomic_array, fence, spin_loop, AtomicPtr, AtomicU64, AtomicUsize,
     Ordering::{Acquire, Relaxed, Release},
 };
+use core::ptr;
 
 use super::record::{RawRecord, Record};
 use super::slab::{Fresh, Ptr};
 
 /// Block size of a slot of each level (log2 bytes).
+#[cfg(not(loom))]
 pub(super) const SHIFT: [u32; LEVELS] = [48, 39, 30, 21, 12];
+/// Under loom, the same five levels scaled down to a 16-slot top and 4-slot tables (granules of
+/// 2^52 bytes), so that a model creates tens of atomics, not hundreds of thousands.
+#[cfg(loom)]
+pub(super) const SHIFT: [u32; LEVELS] = [60, 58, 56, 54, 52];
 pub(super) const LEVELS: usize = 5;
 /// The level whose slots are granules (a range may cover them in part).
 pub(super) const LEAF: usize = LEVELS - 1;
@@ -80,7 +85,7 @@ impl Fresh for Table {
         Table {
             used: AtomicUsize::new(0),
             base: AtomicUsize::new(0),
-            slots: [const { AtomicUsize::new(EMPTY) }; FAN],
+            slots: atomic_array![AtomicUsize::new(EMPTY); FAN],
         }
     }
 }
@@ -109,7 +114,7 @@ impl Fresh for Bucket {
             version: AtomicU64::new(0),
             len: AtomicUsize::new(0),
             next: AtomicPtr::new(ptr::null_mut()),
-            recs: [const { AtomicPtr::new(ptr::null_mut()) }; BUCKET_CAP],
+            recs: atomic_array![AtomicPtr::new(ptr::null_mut()); BUCKET_CAP],
         }
     }
 }
@@ -146,7 +151,8 @@ impl Bucket {
 /// A slot value for `p` with tag `tag`.
 #[inline(always)]
 pub(super) fn slot_of<T>(p: Ptr<T>, tag: usize) -> usize {
-    p.as_mut_ptr() as usize | tag
+    // Exposed: the pointer is rebuilt from the integer (what `as` does, said explicitly).
+    p.as_mut_ptr().expose_provenance() | tag
 }
 
 #[inline(always)]
@@ -157,7 +163,7 @@ pub(super) const fn tag(slot: usize) -> usize {
 /// The element a slot value points at, as a handle.
 #[inline(always)]
 pub(super) fn ptr_of<T>(slot: usize) -> Ptr<T> {
-    Ptr::new((slot & !TAG) as *mut T).expect("non-empty slot")
+    Ptr::new(ptr::with_exposed_provenance_mut(slot & !TAG)).expect("non-empty slot")
 }
 
 /// Borrows the element a slot value or field points at.
@@ -172,7 +178,7 @@ pub(super) fn deref<'a, T>(p: *mut T) -> Option<&'a T> {
 #[inline(always)]
 pub(super) fn target<'a, T>(slot: usize) -> &'a T {
     // Non-null by construction (the callers have checked the tag); `deref` handles null anyway.
-    match deref((slot & !TAG) as *mut T) {
+    match deref(ptr::with_exposed_provenance_mut::<T>(slot & !TAG)) {
         Some(t) => t,
         None => unreachable_slot(),
     }
@@ -201,7 +207,7 @@ pub(super) fn find(top: &AtomicPtr<Top>, hint: &AtomicPtr<Table>, ptr: usize) ->
         match walk(top, hint, ptr) {
             Found::Hit(r) => return Some(r),
             Found::Miss => return None,
-            Found::Retry => core::hint::spin_loop(),
+            Found::Retry => spin_loop(),
         }
     }
 }

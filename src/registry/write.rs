@@ -3,10 +3,10 @@
 //! can stay lock-free); records and tables are recycled through type-stable slabs.
 #![allow(unsafe_code)]
 
+use crate::atomics::Ordering;
 use core::ptr::NonNull;
-use core::sync::atomic::Ordering;
 
-use super::edit::{Level, Piece};
+use super::level::{Level, Piece};
 use super::record::Record;
 use super::slab::{Ptr, Slab};
 use super::table::{slot_of, target, Bucket, Table, Top, REC};
@@ -17,7 +17,7 @@ pub(super) struct Yield;
 
 impl spin::RelaxStrategy for Yield {
     fn relax() {
-        std::thread::yield_now();
+        crate::atomics::yield_now();
     }
 }
 
@@ -50,11 +50,49 @@ unsafe impl Send for Writer {}
 impl Drop for Writer {
     fn drop(&mut self) {
         if let Some(top) = self.top.take() {
-            // SAFETY: allocated in `Writer::top` with this layout and freed once; the registry is
-            // being dropped, so no reader borrows it.
-            unsafe { std::alloc::dealloc(top.as_ptr().cast(), std::alloc::Layout::new::<Top>()) };
+            // SAFETY: made by `new_top` and freed once; the registry is being dropped, so no
+            // reader borrows it.
+            unsafe { free_top(top) };
         }
     }
+}
+
+/// A top table with every slot empty. Zeroed memory rather than a 512 KiB value on the stack.
+#[cfg(not(loom))]
+fn new_top() -> NonNull<Top> {
+    let layout = std::alloc::Layout::new::<Top>();
+    // SAFETY: `Top` is all `AtomicUsize`, for which all-zero bytes are valid (EMPTY).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Top>();
+    match NonNull::new(p) {
+        Some(t) => t,
+        None => std::alloc::handle_alloc_error(layout),
+    }
+}
+
+/// Loom's atomics are not plain integers: build the (small) table as a value.
+#[cfg(loom)]
+fn new_top() -> NonNull<Top> {
+    use super::table::{EMPTY, TOP_SLOTS};
+    use crate::atomics::{atomic_array, AtomicUsize};
+    NonNull::from(Box::leak(Box::new(Top {
+        slots: atomic_array![AtomicUsize::new(EMPTY); TOP_SLOTS],
+    })))
+}
+
+/// Frees a table made by [`new_top`].
+///
+/// # Safety
+///
+/// `top` came from `new_top`, is freed once, and nothing borrows it any more.
+unsafe fn free_top(top: NonNull<Top>) {
+    #[cfg(not(loom))]
+    // SAFETY: allocated by `new_top` with this layout (caller's contract).
+    unsafe {
+        std::alloc::dealloc(top.as_ptr().cast(), std::alloc::Layout::new::<Top>())
+    };
+    #[cfg(loom)]
+    // SAFETY: leaked from a `Box` by `new_top` (caller's contract).
+    drop(unsafe { Box::from_raw(top.as_ptr()) });
 }
 
 impl Writer {
@@ -76,7 +114,7 @@ impl Writer {
     }
 
     /// Registered ranges and live records, tables and buckets (for the tests' leak checks).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(super) fn counts(&self) -> (usize, usize, usize, usize) {
         (
             self.count,
@@ -91,14 +129,9 @@ impl Writer {
         let top = match self.top {
             Some(t) => t,
             None => {
-                let layout = std::alloc::Layout::new::<Top>();
-                // SAFETY: `Top` is all `AtomicUsize`, for which all-zero bytes are valid (EMPTY).
-                let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Top>();
-                let Some(t) = NonNull::new(p) else {
-                    std::alloc::handle_alloc_error(layout)
-                };
+                let t = new_top();
                 self.top = Some(t);
-                reg.read.top.store(p, Ordering::Release);
+                reg.read.top.store(t.as_ptr(), Ordering::Release);
                 t
             }
         };

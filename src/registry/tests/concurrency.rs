@@ -170,6 +170,10 @@ fn reader(reg: &Registry, seed: u64, stop: &AtomicBool, found: &AtomicU64) {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "timed stress: too slow interpreted (the loom models cover the race)"
+)]
 fn registry_concurrent_readers_never_see_torn_entries() {
     let reg = Registry::new();
     for k in 0..WINDOWS {
@@ -213,6 +217,10 @@ fn registry_concurrent_readers_never_see_torn_entries() {
 /// bytes allocated throughout: a lookup there must never miss, while the trim rewrites the slots
 /// around it (blocks turning into tables of pieces, granules getting new chains).
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "timed stress: too slow interpreted (the loom models cover the race)"
+)]
 fn registry_trimmed_range_never_disappears() {
     const BASE: usize = 1 << 40;
     const SIZE: usize = 16 << 20;

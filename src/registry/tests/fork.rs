@@ -31,8 +31,9 @@ fn wait_for(pid: libc::pid_t, limit: Duration) -> Option<libc::c_int> {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "fork() is a foreign call Miri does not run")]
 fn registry_fork_while_another_thread_writes() {
-    super::super::fork::protect();
+    super::super::global::protect_fork();
     const BASE: usize = 0x5a00_0000_0000;
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {

@@ -304,6 +304,10 @@ fn seed_from_env() -> Option<u64> {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "too slow interpreted: 2 sequences of 30 operations ran over 10 minutes"
+)]
 fn registry_model_short_sequences() {
     if let Some(seed) = seed_from_env() {
         run(seed, 3000);
@@ -318,6 +322,7 @@ fn registry_model_short_sequences() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "64,000 operations: too slow interpreted")]
 fn registry_model_long_sequences() {
     if seed_from_env().is_some() {
         return;

@@ -1,0 +1,63 @@
+//! A view of one table of the page table while the writer edits it, and the pieces a range
+//! is rewritten into: shared by the writer's entry points (`write.rs`) and its slot edits
+//! (`edit.rs`).
+
+use crate::atomics::{AtomicUsize, Ordering::Relaxed, Ordering::Release};
+
+use super::record::Record;
+use super::slab::Ptr;
+use super::table::{Table, EMPTY, FAN, SHIFT, TOP_SLOTS};
+
+/// A piece of a range being rewritten: its new record and `[lo, hi]`.
+pub(super) type Piece = (Ptr<Record>, usize, usize);
+
+/// The slots of one table, with its count of non-empty slots (none for the top table).
+#[derive(Clone, Copy)]
+pub(super) struct Level<'a> {
+    pub(super) slots: &'a [AtomicUsize],
+    pub(super) used: Option<&'a AtomicUsize>,
+    pub(super) level: usize,
+    /// First address of slot 0.
+    pub(super) base: usize,
+}
+
+impl<'a> Level<'a> {
+    pub(super) fn child(t: &'a Table, level: usize, base: usize) -> Self {
+        Level {
+            slots: &t.slots,
+            used: Some(&t.used),
+            level,
+            base,
+        }
+    }
+
+    /// Indices of the slots meeting `[lo, hi]` (which meets this table's block).
+    pub(super) fn span(&self, lo: usize, hi: usize) -> core::ops::RangeInclusive<usize> {
+        let sh = SHIFT[self.level];
+        let n = if self.level == 0 { TOP_SLOTS } else { FAN };
+        let first = lo.saturating_sub(self.base) >> sh;
+        let last = ((hi - self.base) >> sh).min(n - 1);
+        first..=last
+    }
+
+    /// The block of slot `i`, `[lo, hi]`.
+    pub(super) fn block(&self, i: usize) -> (usize, usize) {
+        let sh = SHIFT[self.level];
+        let lo = self.base + (i << sh);
+        (lo, lo + ((1usize << sh) - 1))
+    }
+
+    /// Stores `v` in slot `i`, keeping the table's count of used slots.
+    pub(super) fn set(&self, i: usize, v: usize) {
+        let old = self.slots[i].load(Relaxed);
+        if let Some(used) = self.used {
+            match (old == EMPTY, v == EMPTY) {
+                (true, false) => used.store(used.load(Relaxed) + 1, Relaxed),
+                (false, true) => used.store(used.load(Relaxed) - 1, Relaxed),
+                _ => {}
+            }
+        }
+        // Release: what `v` points to is complete before a reader can load it.
+        self.slots[i].store(v, Release);
+    }
+}

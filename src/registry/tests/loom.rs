@@ -1,0 +1,143 @@
+//! Loom models of the registry's lock-free read path against the real writer (`.ci/proofs.sh`).
+//!
+//! Built with `--cfg loom`, the registry uses loom's atomics (`crate::atomics`) and a scaled-down
+//! page table (16-slot top, 4-slot tables, 2^52-byte granules), so the code under test is the
+//! real `table::find`, `Record::read` and writer, on a small address space. One writer thread
+//! and one reader each: the writer lock is a spin lock on `core` atomics that loom does not see,
+//! so writers are not raced against each other here (the stress tests in `concurrency.rs` do).
+#![deny(unsafe_code)]
+
+use loom::sync::Arc;
+use loom::thread;
+
+use super::table::LEAF;
+use super::table::SHIFT;
+use super::{Allocation, Registry};
+use crate::events::MemType;
+
+/// One granule: the finest block the table tells apart.
+const G: usize = 1 << SHIFT[LEAF];
+
+/// A range whose every field is derived from `tag`, so a copy mixing two ranges is caught.
+fn range(start: usize, size: usize, tag: usize) -> Allocation {
+    Allocation {
+        start,
+        size,
+        mem_type: if tag & 1 == 0 {
+            MemType::Cuda
+        } else {
+            MemType::CudaManaged
+        },
+        device: tag as i32,
+        flags: tag as u32 * 3,
+        pool: tag * 5,
+        stream: tag * 7,
+        context: tag * 11,
+        api: if tag & 1 == 0 {
+            c"cuMemAlloc_v2"
+        } else {
+            c"cudaMallocManaged"
+        },
+        seq: 0,
+    }
+}
+
+/// Whether `got` is `want` (its `seq` aside, which the registry assigns).
+fn same(got: &Allocation, want: &Allocation) -> bool {
+    Allocation { seq: 0, ..*got } == *want
+}
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    loom::model(f);
+}
+
+/// A reader racing the first insert (the top table and every level below it being created and
+/// published) finds nothing or the whole range, never a partly written record.
+#[test]
+fn loom_insert_publishes_complete_record() {
+    model(|| {
+        let reg = Arc::new(Registry::new());
+        let a = range(3 * G, 2 * G, 2);
+        let r = reg.clone();
+        let reader = thread::spawn(move || {
+            if let Some(got) = r.lookup(4 * G + 5) {
+                assert!(same(&got, &a), "torn record: {got:?}");
+            }
+        });
+        reg.insert(a);
+        reader.join().unwrap();
+        assert!(same(&reg.lookup(3 * G).unwrap(), &a));
+    });
+}
+
+/// Free and reallocate at one address while a reader looks it up: the record is recycled under
+/// the reader (same slab element, rewritten), and the sequence count must make the reader see
+/// the old range, the new one or nothing, never fields of both.
+#[test]
+fn loom_recycled_record_is_never_torn() {
+    model(|| {
+        let reg = Arc::new(Registry::new());
+        let old = range(G, G, 1);
+        let new = range(G, G, 2);
+        reg.insert(old);
+        let r = reg.clone();
+        let reader = thread::spawn(move || {
+            if let Some(got) = r.lookup(G + 7) {
+                assert!(same(&got, &old) || same(&got, &new), "torn record: {got:?}");
+            }
+        });
+        assert!(reg.remove_allocation(G).is_some());
+        reg.insert(new);
+        reader.join().unwrap();
+        assert!(same(&reg.lookup(G).unwrap(), &new));
+    });
+}
+
+/// Splitting a range (a VMM unmap of its middle) rewrites its slots in place and replaces its
+/// record by two; a byte that stays allocated must be found by a racing reader throughout.
+#[test]
+fn loom_split_keeps_remaining_bytes_found() {
+    model(|| {
+        let reg = Arc::new(Registry::new());
+        let a = range(0, 4 * G, 4);
+        reg.insert(a);
+        let r = reg.clone();
+        let reader = thread::spawn(move || {
+            let got = r
+                .lookup(G / 2)
+                .expect("a byte that stays allocated was not found");
+            assert_eq!(got.start, 0);
+            assert!(got.size == 4 * G || got.size == G, "{got:?}");
+            assert_eq!(got.pool, a.pool);
+        });
+        let removed = reg.remove(G, G);
+        assert_eq!((removed.whole, removed.partial), (0, 1));
+        reader.join().unwrap();
+        assert_eq!(reg.lookup(G / 2).unwrap().size, G);
+        assert!(reg.lookup(G).is_none());
+        assert_eq!(reg.lookup(2 * G).unwrap().start, 2 * G);
+    });
+}
+
+/// Two ranges meeting inside one granule share it through a bucket chain; freeing one replaces
+/// the chain (the old bucket is recycled). The other range must stay found.
+#[test]
+fn loom_shared_granule_neighbour_stays_found() {
+    model(|| {
+        let reg = Arc::new(Registry::new());
+        let left = range(G, G / 2, 6);
+        let right = range(G + G / 2, G, 7);
+        reg.insert(left);
+        reg.insert(right);
+        let r = reg.clone();
+        let reader = thread::spawn(move || {
+            let got = r
+                .lookup(G + 1)
+                .expect("the neighbour of a freed range was lost");
+            assert!(same(&got, &left), "{got:?}");
+        });
+        assert!(reg.remove_allocation(G + G / 2).is_some());
+        reader.join().unwrap();
+        assert!(reg.lookup(G + G / 2).is_none());
+    });
+}
