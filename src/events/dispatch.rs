@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::callback::{Callback, SubscriptionId};
 use super::grace::Section;
-use super::subscribers::{live_word, Entry, SubscriberList};
+use super::subscribers::{live_word, Subscriber, SubscriberList};
 use super::types::{flags, MemEvent};
 use crate::Result;
 
@@ -48,7 +48,7 @@ impl SubscriberList {
     /// Calls one subscriber if it is still live for `bit`, announced so that `unsubscribe` can
     /// wait for it.
     #[inline(always)]
-    fn invoke(&self, section: &Section, e: &Entry, ev: &MemEvent, bit: u32) {
+    fn invoke(&self, section: &Section, e: &Subscriber, ev: &MemEvent, bit: u32) {
         // The announcement names the event kind too, so that unsubscribing one kind waits only
         // for calls of that kind.
         section.begin_call(live_word(e.token, bit));

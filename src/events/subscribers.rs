@@ -48,7 +48,7 @@ pub(crate) fn live_word(token: u64, mask: u32) -> u64 {
 
 /// One subscription as dispatch sees it.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Entry {
+pub(crate) struct Subscriber {
     pub(crate) callback: Callback,
     pub(crate) context: usize,
     pub(crate) token: u64,
@@ -60,9 +60,9 @@ pub(crate) struct Entry {
 
 /// An immutable, priority-ordered copy of the list. The entries sit inline (not in a `Vec`) so
 /// that dispatch reaches them with one dependent load fewer; unused tail entries are padding.
-pub(crate) struct Snapshot {
+pub(crate) struct PublishedList {
     len: usize,
-    entries: [Entry; CAPACITY],
+    entries: [Subscriber; CAPACITY],
     /// Under loom: read by dispatch, written as the snapshot is freed, so the model checker
     /// reports a free that is not ordered after every dispatch that could still read it.
     #[cfg(loom)]
@@ -70,7 +70,7 @@ pub(crate) struct Snapshot {
 }
 
 #[cfg(loom)]
-impl Snapshot {
+impl PublishedList {
     /// Records a read of the snapshot by this thread (loom models only).
     pub(crate) fn touch(&self) {
         self.in_use.with(|_| ());
@@ -82,10 +82,10 @@ impl Snapshot {
     }
 }
 
-impl Snapshot {
+impl PublishedList {
     /// `entries` must not be empty (an empty list is a null head).
-    fn new(entries: &[Entry]) -> Box<Snapshot> {
-        let mut s = Box::new(Snapshot {
+    fn new(entries: &[Subscriber]) -> Box<PublishedList> {
+        let mut s = Box::new(PublishedList {
             len: entries.len(),
             entries: [entries[0]; CAPACITY],
             #[cfg(loom)]
@@ -96,34 +96,34 @@ impl Snapshot {
     }
 
     #[inline(always)]
-    pub(crate) fn entries(&self) -> &[Entry] {
+    pub(crate) fn entries(&self) -> &[Subscriber] {
         &self.entries[..self.len]
     }
 }
 
 struct Retired {
-    snapshot: *mut Snapshot,
+    snapshot: *mut PublishedList,
     epoch: u64,
 }
 
-/// Writer-side state, under the mutex.
-struct Writer {
+/// The writers' side of the list, under the mutex.
+struct ListWriter {
     /// The current list, sorted by priority; equal priorities in subscription order.
-    entries: Vec<Entry>,
+    entries: Vec<Subscriber>,
     /// Replaced snapshots that readers may still be iterating.
     retired: Vec<Retired>,
 }
 
 // SAFETY: `Retired` only carries the pointer to a snapshot that no thread writes; ownership moves
 // with the writer state, which is behind a mutex.
-unsafe impl Send for Writer {}
+unsafe impl Send for ListWriter {}
 
 /// What a dispatching thread reads, kept apart from the writer mutex and the counters so that
 /// writers and counting never invalidate the readers' cache lines.
 #[repr(C, align(128))]
 struct ReadMostly {
     /// The current snapshot; null when the list is empty (dispatch then returns at once).
-    head: AtomicPtr<Snapshot>,
+    head: AtomicPtr<PublishedList>,
     /// Per subscription index: `live_word(token, mask)`, or 0 when unused.
     live: [AtomicU64; CAPACITY],
 }
@@ -133,7 +133,7 @@ struct ReadMostly {
 #[repr(C)]
 pub struct SubscriberList {
     read: ReadMostly,
-    writer: Mutex<Writer>,
+    writer: Mutex<ListWriter>,
     pub(crate) counters: Counters,
 }
 
@@ -172,7 +172,7 @@ impl SubscriberList {
                 head: AtomicPtr::new(ptr::null_mut()),
                 live: atomic_array![AtomicU64::new(0); CAPACITY],
             },
-            writer: Mutex::new(Writer {
+            writer: Mutex::new(ListWriter {
                 entries: Vec::new(),
                 retired: Vec::new(),
             }),
@@ -204,7 +204,7 @@ impl SubscriberList {
         priority: i32,
         callback: Callback,
         context: usize,
-    ) -> Result<Entry> {
+    ) -> Result<Subscriber> {
         check_mask(mask)?;
         let mut w = self.lock();
         if w.entries.len() >= CAPACITY {
@@ -217,7 +217,7 @@ impl SubscriberList {
             .find(|i| w.entries.iter().all(|e| e.index != *i))
             .expect("fewer than CAPACITY entries leave an index free");
         let token = next_token();
-        let entry = Entry {
+        let entry = Subscriber {
             callback,
             context,
             token,
@@ -251,7 +251,7 @@ impl SubscriberList {
         self.remove(|e| e.id == id, mask::ALL)
     }
 
-    fn remove(&self, matches: impl Fn(&Entry) -> bool, mask: u32) -> Result<()> {
+    fn remove(&self, matches: impl Fn(&Subscriber) -> bool, mask: u32) -> Result<()> {
         let mut dead = Vec::new();
         {
             let mut w = self.lock();
@@ -305,7 +305,7 @@ impl SubscriberList {
     /// The current snapshot, valid while `_section` (an outermost or nested dispatch level on
     /// this thread) lives.
     #[inline(always)]
-    pub(crate) fn snapshot<'s>(&self, _section: &'s Section) -> Option<&'s Snapshot> {
+    pub(crate) fn snapshot<'s>(&self, _section: &'s Section) -> Option<&'s PublishedList> {
         let p = self.read.head.load(Ordering::Acquire);
         // SAFETY: non-null heads come from Box::into_raw in publish. The section announced this
         // thread's epoch before this load (grace.rs), so reclaim cannot free the snapshot until
@@ -327,19 +327,19 @@ impl SubscriberList {
         self.read.live[i as usize % CAPACITY].load(Ordering::Relaxed)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Writer> {
+    fn lock(&self) -> MutexGuard<'_, ListWriter> {
         grace::init_writer();
-        // A panic while holding the lock leaves `Writer` consistent (every mutation is a single
+        // A panic while holding the lock leaves `ListWriter` consistent (every mutation is a single
         // Vec operation), so poisoning carries no information here.
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Publishes `w.entries` as the new snapshot and retires the old one.
-    fn publish(&self, w: &mut Writer) {
+    fn publish(&self, w: &mut ListWriter) {
         let new = if w.entries.is_empty() {
             ptr::null_mut()
         } else {
-            Box::into_raw(Snapshot::new(&w.entries))
+            Box::into_raw(PublishedList::new(&w.entries))
         };
         let old = self.read.head.swap(new, Ordering::AcqRel);
         let epoch = grace::advance_epoch();
@@ -354,7 +354,7 @@ impl SubscriberList {
 
     /// Frees the retired snapshots that no thread can still read. Never blocks: what is still in
     /// use waits for the next write.
-    fn reclaim(&self, w: &mut Writer) {
+    fn reclaim(&self, w: &mut ListWriter) {
         if w.retired.is_empty() {
             return;
         }

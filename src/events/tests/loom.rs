@@ -76,7 +76,7 @@ fn loom_unsubscribe_waits_for_the_callback() {
 }
 
 /// Snapshots replaced while a dispatch iterates them are freed only after it is done with them
-/// (`Snapshot`'s loom-only cell reports a free that races a read). Two writes: the second's
+/// (`PublishedList`'s loom-only cell reports a free that races a read). Two writes: the second's
 /// reclaim is the one that could free the snapshot the dispatcher loaded first.
 #[test]
 fn loom_snapshot_outlives_its_readers() {
