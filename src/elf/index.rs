@@ -506,16 +506,19 @@ fn relocations<'a>(
         .iter()
         .map(|r| (r.r_offset, r.r_info, r.r_addend))
         .chain(rel.iter().map(|r| (r.r_offset, r.r_info, 0)));
-    let slow = (if whole { n } else { from }..n).map_while(move |i| {
-        let at = t.addr + i * t.entsize;
-        if t.rela {
-            img.read::<Rela>(at)
-                .map(|r| (r.r_offset, r.r_info, r.r_addend))
-        } else {
-            img.read::<Rel>(at).map(|r| (r.r_offset, r.r_info, 0))
-        }
-    });
+    let slow = (if whole { n } else { from }..n).map_while(move |i| entry(img, t, i));
     fast.chain(slow)
+}
+
+/// Entry `i` of a table, read alone (checked).
+fn entry(img: &Image<'_>, t: &RelocTable, i: usize) -> Option<(u64, u64, i64)> {
+    let at = t.addr.checked_add(i.checked_mul(t.entsize)?)?;
+    if t.rela {
+        img.read::<Rela>(at)
+            .map(|r| (r.r_offset, r.r_info, r.r_addend))
+    } else {
+        img.read::<Rel>(at).map(|r| (r.r_offset, r.r_info, 0))
+    }
 }
 
 /// Whether `address` lies in one of the object's executable segments.
@@ -620,15 +623,7 @@ mod tests {
                 let walked: Vec<_> = relocations(&img, table).collect();
                 let n = table.size / table.entsize;
                 let one_by_one: Vec<_> = (table.relative.min(n)..n)
-                    .map_while(|i| {
-                        let at = table.addr + i * table.entsize;
-                        if table.rela {
-                            img.read::<Rela>(at)
-                                .map(|r| (r.r_offset, r.r_info, r.r_addend))
-                        } else {
-                            img.read::<Rel>(at).map(|r| (r.r_offset, r.r_info, 0))
-                        }
-                    })
+                    .map_while(|i| entry(&img, table, i))
                     .collect();
                 assert_eq!(walked, one_by_one, "{}", obj.display_name());
                 compared += walked.len();

@@ -411,19 +411,27 @@ mod tests {
         // The check closes and replaces the process-wide descriptor while other tests of this
         // process read objects through it, so it runs in a child of its own (the module keeps
         // only atomics, no lock a vanished thread could hold).
+        in_child(
+            descriptor_swap_check,
+            "the descriptor checks failed in the child",
+        );
+    }
+
+    /// Run `check` in a forked child; fail with `what` unless it passes there.
+    fn in_child(check: fn(), what: &str) {
         // SAFETY: the child runs the check and leaves with _exit, never returning.
         unsafe {
             let pid = libc::fork();
             assert!(pid >= 0);
             if pid == 0 {
-                let ok = std::panic::catch_unwind(descriptor_swap_check).is_ok();
+                let ok = std::panic::catch_unwind(check).is_ok();
                 libc::_exit(if ok { 0 } else { 1 });
             }
             let mut status = 0;
             assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
             assert!(
                 libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-                "the descriptor checks failed in the child (its panic is printed above)"
+                "{what} (its panic is printed above)"
             );
         }
     }
@@ -435,21 +443,7 @@ mod tests {
     #[test]
     fn concurrent_first_opens_all_get_a_working_descriptor() {
         let _serial = serial();
-        // SAFETY: the child runs the check and leaves with _exit, never returning.
-        unsafe {
-            let pid = libc::fork();
-            assert!(pid >= 0);
-            if pid == 0 {
-                let ok = std::panic::catch_unwind(first_open_race).is_ok();
-                libc::_exit(if ok { 0 } else { 1 });
-            }
-            let mut status = 0;
-            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
-            assert!(
-                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-                "a reader got a broken descriptor (its panic is printed above)"
-            );
-        }
+        in_child(first_open_race, "a reader got a broken descriptor");
     }
 
     fn first_open_race() {
