@@ -33,12 +33,6 @@ pub enum Pending {
     Unknown(MemEvent),
 }
 
-/// Run event code so that a bug in it can never unwind into the C caller.
-#[inline(always)]
-pub fn guarded<R>(f: impl FnOnce() -> R, fallback: R) -> R {
-    crate::sys::boundary::guarded(f, || fallback)
-}
-
 /// Announce an allocation that succeeded. Inlined into the allocation hooks (the hot path); the
 /// rarer callers go through [`alloc_rare`], so only one more copy exists.
 #[inline]

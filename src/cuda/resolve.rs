@@ -1,13 +1,14 @@
 //! Finding the driver cuhook calls itself: the libcuda object (the one the hooks' originals come
 //! from) and its functions, looked up with `dlsym` so they are never our hooks.
 //!
-//! # Safety
-//! `dladdr`, `dlopen` (`RTLD_NOLOAD`) and `dlsym` are called with NUL-terminated names and
-//! valid out-parameters.
+//! The loader calls are `crate::sys::dl`'s; the driver object's handle is kept open for good, so
+//! lookups in it stay valid.
 #![allow(unsafe_code)]
 
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::sys::dl;
 
 /// One lazily resolved driver entry point.
 pub struct DriverSymbol {
@@ -37,19 +38,6 @@ impl DriverSymbol {
     }
 }
 
-/// A handle for the object containing `address`, pinned (`RTLD_NOLOAD`: never loads anything).
-fn object_of(address: usize) -> *mut c_void {
-    // SAFETY: a zeroed Dl_info is a valid out-parameter; dladdr only reads the loader's tables,
-    // and dli_fname is NUL-terminated when set.
-    unsafe {
-        let mut info: libc::Dl_info = std::mem::zeroed();
-        if libc::dladdr(address as *const c_void, &mut info) == 0 || info.dli_fname.is_null() {
-            return std::ptr::null_mut();
-        }
-        libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD)
-    }
-}
-
 /// The original of the hooked `cuMemAlloc_v2`: the hook table's row for it publishes here, so
 /// finding the driver object needs nothing from the table.
 pub static MEM_ALLOC_ORIGINAL: AtomicUsize = AtomicUsize::new(0);
@@ -61,26 +49,18 @@ pub static MEM_ALLOC_ORIGINAL: AtomicUsize = AtomicUsize::new(0);
 /// else an already loaded `libcuda.so.1`. Lookups in it with `dlsym` give the real functions:
 /// GOT patching never changes what `dlsym` returns to cuhook's own object.
 fn libcuda_object() -> *mut c_void {
-    // SAFETY: dlsym/dlopen with NUL-terminated names; RTLD_NOLOAD never loads an object.
-    unsafe {
-        let global = libc::dlsym(libc::RTLD_DEFAULT, c"cuPointerGetAttributes".as_ptr()) as usize;
-        if global != 0 {
-            let h = object_of(global);
-            // Should dladdr fail, the global scope itself still finds the same functions.
-            return if h.is_null() { libc::RTLD_DEFAULT } else { h };
-        }
-        let anchor = MEM_ALLOC_ORIGINAL.load(Ordering::Acquire);
-        if anchor != 0 {
-            let h = object_of(anchor);
-            if !h.is_null() {
-                return h;
-            }
-        }
-        libc::dlopen(
-            c"libcuda.so.1".as_ptr(),
-            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
-        )
+    let global = dl::lookup_global(c"cuPointerGetAttributes", None);
+    if global != 0 {
+        // Should dladdr fail, the global scope itself still finds the same functions.
+        return dl::open_containing(global).unwrap_or(libc::RTLD_DEFAULT);
     }
+    let anchor = MEM_ALLOC_ORIGINAL.load(Ordering::Acquire);
+    if anchor != 0 {
+        if let Some(h) = dl::open_containing(anchor) {
+            return h;
+        }
+    }
+    dl::open_loaded(Some(c"libcuda.so.1")).unwrap_or(std::ptr::null_mut())
 }
 
 /// Look `names` up in the driver object into `out` (0 where missing). Returns false when no
@@ -91,14 +71,13 @@ pub(super) fn resolve_all(names: &[&CStr], out: &mut [usize]) -> bool {
     let mut failed = object.is_null();
     if !failed {
         for (slot, name) in out.iter_mut().zip(names) {
-            // SAFETY: `object` is a pinned handle or RTLD_DEFAULT; the name is a C string.
-            *slot = unsafe { libc::dlsym(object, name.as_ptr()) } as usize;
+            // SAFETY: `object` is a pinned handle (never closed) or RTLD_DEFAULT.
+            *slot = unsafe { dl::lookup(object, name, None) };
             failed |= *slot == 0;
         }
     }
     if failed {
-        // SAFETY: dlerror only reads and resets thread-local loader state.
-        unsafe { libc::dlerror() };
+        dl::clear_error();
     }
     !object.is_null()
 }

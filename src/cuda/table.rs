@@ -157,7 +157,8 @@ macro_rules! cuda_hooks {
                     // One unwind guard around all of the hook's own work. The real call runs
                     // inside it; should the work before it panic, it runs after the guard.
                     let mut rc: Option<$ret> = None;
-                    emit::guarded(|| {
+                    // A bug in the event code can never unwind into the C caller.
+                    crate::sys::boundary::guarded(|| {
                         let mut pending = Pending::Nothing;
                         $( pending = $before; )?
                         // SAFETY: the caller's own arguments, to the real function.
@@ -170,7 +171,7 @@ macro_rules! cuda_hooks {
                         emit::settle(pending, ok);
                         // `finally` sees the result whether the call succeeded or not.
                         $( $finally(r); )?
-                    }, ());
+                    }, || ());
                     drop(guard);
                     match rc {
                         Some(rc) => rc,

@@ -227,6 +227,20 @@ pub(crate) fn link_map_containing(address: usize) -> Option<*mut LinkMap> {
     (ok != 0 && !map.is_null()).then_some(map)
 }
 
+/// A new reference to the loaded object containing `address` (`dladdr`, then `dlopen` of its
+/// path with `RTLD_NOLOAD`): the caller owns it (see [`close`]). Allocates nothing.
+pub(crate) fn open_containing(address: usize) -> Option<Handle> {
+    // SAFETY: Dl_info is plain data (pointers); all-zero is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr fills `info` for any address.
+    if unsafe { libc::dladdr(address as *const c_void, &mut info) } == 0 || info.dli_fname.is_null()
+    {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
+    open_loaded(Some(unsafe { CStr::from_ptr(info.dli_fname) }))
+}
+
 /// The path of the object containing `address` (`dladdr`'s `dli_fname`), as bytes.
 pub(crate) fn file_containing(address: usize) -> Option<Vec<u8>> {
     // SAFETY: Dl_info is plain data (pointers); all-zero is a valid value.

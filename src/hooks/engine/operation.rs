@@ -5,8 +5,8 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::hooks::loader::clear_dlerror;
 use crate::hooks::substitution::publish;
+use crate::sys::dl::clear_error;
 
 use super::{State, SCANNED_ADDS, SCANNED_SUBS, STATE};
 
@@ -133,7 +133,7 @@ impl Drop for Operation {
         let c = self.guard.last_counters;
         SCANNED_ADDS.store(c.adds, Ordering::Release);
         SCANNED_SUBS.store(c.subs, Ordering::Release);
-        clear_dlerror();
+        clear_error();
         IN_OPERATION.with(|f| f.set(false));
     }
 }
