@@ -30,6 +30,13 @@ impl LoadedObject {
     /// program).
     pub const UNKNOWN_POSITION: usize = usize::MAX;
 
+    /// Whether this is the loader's entry with this load bias and name. The loader's list may
+    /// hold two objects at one bias (a `dlmopen` namespace, a reused address), so identity is
+    /// both; every "same object" test in the crate goes through here.
+    pub fn is(&self, base: usize, name: &[u8]) -> bool {
+        self.base == base && self.name.as_bytes() == name
+    }
+
     /// A human-readable name: the path, or `<main program>`.
     pub fn display_name(&self) -> &str {
         if self.name.is_empty() {

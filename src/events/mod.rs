@@ -77,7 +77,10 @@ where
     SUBSCRIBERS.subscribe_with_replay(mask, priority, callback, context, replay)
 }
 
-/// [`SubscriberList::unsubscribe`] on the process-wide list.
+/// [`SubscriberList::unsubscribe`] on the process-wide list. Matching by `(callback, context)`
+/// is the C API's convention (`cuhook_unset_event_handler`, like ucm's); Rust code should keep
+/// the [`SubscriptionId`] (or the crate's `Subscription`) instead, because a function's address
+/// does not identify it: the linker may merge identical functions into one.
 pub fn unsubscribe(mask: u32, callback: Callback, context: usize) -> Result<()> {
     SUBSCRIBERS.unsubscribe(mask, callback, context)
 }

@@ -144,7 +144,7 @@ pub fn visit(objects: &[&LoadedObject], subs: u64, work: &mut dyn FnMut(usize)) 
             if b != base {
                 break;
             }
-            if reached[i] || objects[i].name.as_bytes() != name {
+            if reached[i] || !objects[i].is(base, name) {
                 continue;
             }
             // Listed is not enough: an object another thread is loading is listed before it is

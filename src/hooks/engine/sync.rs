@@ -29,7 +29,7 @@ impl State {
             .as_ref()?
             .get(&base)?
             .iter()
-            .find(|k| k.object.name == name)
+            .find(|k| k.object.is(base, name.as_bytes()))
     }
 
     /// Take a new object into the cache: index it, or note why it is left alone. Returns its
