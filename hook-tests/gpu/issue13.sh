@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Issue 13 on the real GPU: module/library globals (globals.cu), late-install frees sized before
 # the real free (late_free.cu), imported memory across two processes (ipc.cu), and CUDA graphs
-# under PyTorch's cudaMallocAsync backend (graph_check.py).
+# checked against the driver (graph.cu) and under PyTorch's cudaMallocAsync backend (graph_check.py).
 # Usage: hook-tests/gpu/issue13.sh LIBCUHOOK_SO [OUTDIR]
 set -u
 source "$(dirname "$0")/common.sh"
 status=0
-for prog in globals late_free ipc; do
+for prog in globals late_free ipc graph; do
     echo "### $prog"
     if ! nvcc -O2 -arch=native "${inc[@]}" -o "$out/$prog" "$here/$prog.cu" -lcuda -ldl -lpthread; then
         echo "check build_$prog FAIL"; status=1; continue
