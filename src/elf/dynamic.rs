@@ -82,10 +82,16 @@ impl DynamicTables {
     /// some vDSOs). `Err`: the section exists but its tables cannot be located.
     /// Allocates nothing.
     pub fn read(obj: &LoadedObject) -> Result<Option<DynamicTables>, BadTables> {
+        Self::read_in(&Image::new(obj))
+    }
+
+    /// [`DynamicTables::read`] through an image the caller goes on reading with (the pages it
+    /// has confirmed readable are not asked about again).
+    pub(crate) fn read_in(img: &Image<'_>) -> Result<Option<DynamicTables>, BadTables> {
+        let obj = img.obj;
         let Some(ph) = obj.phdr(PT_DYNAMIC) else {
             return Ok(None);
         };
-        let img = Image::new(obj);
         let bad = BadTables;
         let dyn_addr = obj.base.wrapping_add(ph.p_vaddr as usize);
         let mut t = DynamicTables {

@@ -3,50 +3,54 @@
 //! # Safety
 //! A [`LoadedObject`]'s `PT_LOAD` segments are mapped while the object stays loaded; callers
 //! keep it loaded (pinned) while an [`Image`] is in use. Where the kernel can say
-//! (`PROCMAP_QUERY`), only the parts of the readable segments that are readable *now* count (an
-//! object may have changed the protection of its own pages); else the segment flags. Every read
-//! is checked to lie inside one such range before it is made, so corrupt tables yield `None`,
-//! never a fault.
+//! (`PROCMAP_QUERY`), a part of a readable segment counts only once the kernel has confirmed
+//! that the mapping holding it is readable *now* (an object may have changed the protection of
+//! its own pages); else the segment flags. Every read is checked to lie inside one such range
+//! before it is made, so corrupt tables yield `None`, never a fault.
 #![allow(unsafe_code)]
+
+use std::cell::Cell;
 
 use libc::PF_R;
 
+use super::protection::MapsQuery;
 use super::records::Plain;
 use super::snapshot::LoadedObject;
 
 /// Most objects have at most this many readable `PT_LOAD` segments (four is usual); more are
 /// looked up in the program headers each time.
 const CACHED: usize = 8;
+/// Confirmed mappings kept per image; an image that reads from more asks again each time.
+const CONFIRMED: usize = 8;
 
 /// Read access to one loaded object's mapped segments.
+///
+/// Mappings are confirmed lazily, one kernel query per mapping actually read (indexing reads
+/// two or three: the tables' segment and the one holding `.dynamic`), rather than every
+/// mapping of every segment up front: at install, those queries were half the time spent.
 pub(crate) struct Image<'a> {
     pub obj: &'a LoadedObject,
-    /// The readable segments, `[start, end)`, copied once: every read is checked against them.
-    readable: [(usize, usize); CACHED],
+    /// The readable segments as declared, `[start, end)`, copied once.
+    declared: [(usize, usize); CACHED],
+    /// How many of `declared` are used; `usize::MAX`: more than fit, use the program headers.
     count: usize,
+    /// The kernel's answers; `None`: it cannot answer, the declared segments count as they are.
+    kernel: Option<MapsQuery>,
+    /// Parts of declared segments the kernel confirmed readable, `[start, end)`.
+    confirmed: [Cell<(usize, usize)>; CONFIRMED],
+    confirmed_count: Cell<usize>,
 }
 
 impl<'a> Image<'a> {
     pub fn new(obj: &'a LoadedObject) -> Self {
         let mut img = Image {
             obj,
-            readable: [(0, 0); CACHED],
+            declared: [(0, 0); CACHED],
             count: 0,
+            kernel: MapsQuery::open(),
+            confirmed: Default::default(),
+            confirmed_count: Cell::new(0),
         };
-        // The pages as the kernel has them now: an object may have made its own pages
-        // unreadable, whatever its program headers say. Parts beyond the cache are left unread.
-        let declared = obj
-            .segments()
-            .filter(|&(_, _, flags)| flags & PF_R != 0)
-            .map(|(s, e, _)| (s, e));
-        if super::protection::readable_parts(declared, |s, e| {
-            if img.count < CACHED {
-                img.readable[img.count] = (s, e);
-                img.count += 1;
-            }
-        }) {
-            return img;
-        }
         for (s, e, flags) in obj.segments() {
             if flags & PF_R == 0 {
                 continue;
@@ -55,24 +59,57 @@ impl<'a> Image<'a> {
                 img.count = usize::MAX;
                 break;
             }
-            img.readable[img.count] = (s, e);
+            img.declared[img.count] = (s, e);
             img.count += 1;
         }
         img
     }
 
-    /// The readable segment holding `[addr, addr+len)`.
-    fn segment(&self, addr: usize, len: usize) -> Option<(usize, usize)> {
-        let end = addr.checked_add(len)?;
+    /// The declared readable segment holding `[addr, end)`.
+    fn declared(&self, addr: usize, end: usize) -> Option<(usize, usize)> {
         let inside = |&(s, e): &(usize, usize)| addr >= s && end <= e && s < e;
         if self.count <= CACHED {
-            return self.readable[..self.count].iter().copied().find(inside);
+            return self.declared[..self.count].iter().copied().find(inside);
         }
         self.obj
             .segments()
             .filter(|&(_, _, flags)| flags & PF_R != 0)
             .map(|(s, e, _)| (s, e))
             .find(inside)
+    }
+
+    /// The readable range holding `[addr, addr+len)`: a declared segment, or where the kernel
+    /// answers, the confirmed part of one (consecutive readable mappings joined).
+    fn segment(&self, addr: usize, len: usize) -> Option<(usize, usize)> {
+        let end = addr.checked_add(len)?;
+        let Some(kernel) = &self.kernel else {
+            return self.declared(addr, end);
+        };
+        let known = self.confirmed_count.get();
+        if let Some(part) = self.confirmed[..known]
+            .iter()
+            .map(Cell::get)
+            .find(|&(s, e)| addr >= s && end <= e)
+        {
+            return Some(part);
+        }
+        let (seg_start, seg_end) = self.declared(addr, end)?;
+        let (mut start, mut stop) = (addr, addr);
+        while stop < end.max(addr + 1) {
+            let (from, to, p) = kernel.covering(stop).ok()?;
+            if !p.contains(region::Protection::READ) || from > stop || to <= stop {
+                return None;
+            }
+            if stop == addr {
+                start = from.max(seg_start);
+            }
+            stop = to.min(seg_end);
+        }
+        if known < CONFIRMED {
+            self.confirmed[known].set((start, stop));
+            self.confirmed_count.set(known + 1);
+        }
+        Some((start, stop))
     }
 
     fn readable(&self, addr: usize, len: usize) -> bool {
@@ -125,4 +162,87 @@ pub fn segments_contain(obj: &LoadedObject, needle: &[u8]) -> bool {
             let bytes = unsafe { std::slice::from_raw_parts(start as *const u8, end - start) };
             finder.find(bytes).is_some()
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libc::{Elf64_Phdr, PT_LOAD};
+
+    /// One declared readable segment over four pages: read-only, unreadable, read-only,
+    /// read-write (as the program left them after its own `mprotect`).
+    #[test]
+    fn only_pages_the_kernel_has_readable_are_read() {
+        let page = region::page::size();
+        // SAFETY: a fresh private anonymous mapping of four pages, ours alone; unmapped below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        } as usize;
+        assert_ne!(base, libc::MAP_FAILED as usize);
+        for i in 0..4 {
+            // SAFETY: inside the mapping, still writable.
+            unsafe { ((base + i * page) as *mut u64).write(0x1000 + i as u64) };
+        }
+        // SAFETY: the last byte of page 0: a string that runs on into page 1.
+        unsafe { ((base + page - 1) as *mut u8).write(b'x') };
+        for (i, prot) in [
+            (0, libc::PROT_READ),
+            (1, libc::PROT_NONE),
+            (2, libc::PROT_READ),
+        ] {
+            // SAFETY: page `i` of our own mapping.
+            assert_eq!(
+                unsafe { libc::mprotect((base + i * page) as *mut libc::c_void, page, prot) },
+                0
+            );
+        }
+        let obj = LoadedObject {
+            base: 0,
+            name: "four-pages".into(),
+            phdrs: vec![Elf64_Phdr {
+                p_type: PT_LOAD,
+                p_flags: PF_R,
+                p_offset: 0,
+                p_vaddr: base as u64,
+                p_paddr: base as u64,
+                p_filesz: 4 * page as u64,
+                p_memsz: 4 * page as u64,
+                p_align: page as u64,
+            }],
+            position: LoadedObject::UNKNOWN_POSITION,
+        };
+        let img = Image::new(&obj);
+        let at = |i: usize| base + i * page;
+        if img.kernel.is_none() {
+            // No PROCMAP_QUERY here: the declared segment is all there is to go by.
+            assert_eq!(img.read::<u64>(at(0)), Some(0x1000));
+        } else {
+            assert_eq!(img.read::<u64>(at(0)), Some(0x1000));
+            assert_eq!(
+                img.read::<u64>(at(1)),
+                None,
+                "the unreadable page is refused"
+            );
+            assert_eq!(img.read::<u64>(at(2)), Some(0x1002));
+            assert_eq!(img.read::<u64>(at(3)), Some(0x1003));
+            // A read across the read-only and read-write mappings is one readable range.
+            assert!(img.array::<u64>(at(3) - 8, 2).is_some());
+            // Across the hole: refused, from either side.
+            assert!(img.array::<u64>(at(1) - 8, 2).is_none());
+            assert!(img.array::<u64>(at(2) - 8, 2).is_none());
+            // A string may not run into the hole.
+            assert!(img.c_str(at(1) - 1, 64).is_none());
+            // Beyond the declared segment: refused whatever the kernel says.
+            assert_eq!(img.read::<u64>(at(4) - 4), None);
+        }
+        // SAFETY: our own mapping, no longer used.
+        unsafe { libc::munmap(base as *mut libc::c_void, 4 * page) };
+    }
 }

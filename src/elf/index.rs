@@ -348,14 +348,14 @@ fn index_tables(
         arena: 0..arena.len(),
         ..part
     };
-    let Some(tables) = DynamicTables::read(object).map_err(IndexFailure::Bad)? else {
+    let img = Image::new(object);
+    let Some(tables) = DynamicTables::read_in(&img).map_err(IndexFailure::Bad)? else {
         return Ok(finish(part, entries, arena));
     };
     part.has_constructors = tables.has_constructors;
     if tables.symtab == 0 {
         return Ok(finish(part, entries, arena));
     }
-    let img = Image::new(object);
     let by_index = match wanted {
         Some(names) => wanted_indexes(&img, &tables, names, indexes, fixed)?,
         None => false,

@@ -105,31 +105,6 @@ impl ProtectionMap {
     }
 }
 
-/// Call `keep(start, end)` for each part of the `[start, end)` ranges that the kernel has
-/// readable now (a part that is unmapped ends its range). `false`, calling nothing, when the
-/// kernel query is not available: the caller then has only the program headers to go by.
-pub fn readable_parts(
-    ranges: impl Iterator<Item = (usize, usize)>,
-    mut keep: impl FnMut(usize, usize),
-) -> bool {
-    let Some(query) = MapsQuery::open() else {
-        return false;
-    };
-    for (start, end) in ranges {
-        let mut at = start;
-        while at < end {
-            let Ok((_, mapping_end, p)) = query.covering(at) else {
-                break;
-            };
-            if p.contains(Protection::READ) {
-                keep(at, mapping_end.min(end));
-            }
-            at = mapping_end;
-        }
-    }
-    true
-}
-
 fn lookup(regions: &[(usize, usize, Protection)], addr: usize) -> Option<Protection> {
     let i = regions.partition_point(|r| r.1 <= addr);
     match regions.get(i) {
@@ -185,14 +160,14 @@ fn current_pid() -> i32 {
 
 /// A validated `/proc/self/maps` descriptor of this process.
 #[derive(Debug)]
-struct MapsQuery {
+pub(super) struct MapsQuery {
     fd: i32,
 }
 
 impl MapsQuery {
     /// The kept descriptor if it is still ours, else a fresh one; `None` when the kernel query
     /// is not available.
-    fn open() -> Option<MapsQuery> {
+    pub(super) fn open() -> Option<MapsQuery> {
         let fd = MAPS_FD.load(Ordering::Acquire);
         if fd == UNSUPPORTED {
             return None;
@@ -251,7 +226,7 @@ impl MapsQuery {
     }
 
     /// The mapping covering `addr`: (start, end, protection).
-    fn covering(&self, addr: usize) -> Result<(usize, usize, Protection)> {
+    pub(super) fn covering(&self, addr: usize) -> Result<(usize, usize, Protection)> {
         let mut q = ProcmapQuery {
             size: std::mem::size_of::<ProcmapQuery>() as u64,
             query_addr: addr as u64,
