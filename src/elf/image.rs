@@ -198,10 +198,8 @@ mod tests {
             (2, libc::PROT_READ),
         ] {
             // SAFETY: page `i` of our own mapping.
-            assert_eq!(
-                unsafe { libc::mprotect((base + i * page) as *mut libc::c_void, page, prot) },
-                0
-            );
+            let rc = unsafe { libc::mprotect((base + i * page) as *mut libc::c_void, page, prot) };
+            assert_eq!(rc, 0);
         }
         let obj = LoadedObject {
             base: 0,
