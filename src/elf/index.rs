@@ -382,76 +382,81 @@ fn index_tables(
     for &i in indexes.unwrap_or(&[]) {
         filter[(i as usize >> 6) & 63] |= 1 << (i & 63);
     }
+    // Relocations naming no symbol, or none wanted, are passed over without a call.
+    let wanted = |info: u64| {
+        let sym_index = r_sym(info) as usize;
+        sym_index != 0
+            && indexes.is_none_or(|ix| {
+                filter[(sym_index >> 6) & 63] & (1 << (sym_index & 63)) != 0
+                    && ix.binary_search(&(sym_index as u32)).is_ok()
+            })
+    };
     for table in tables.relocs.iter() {
-        for (offset, info, addend) in relocations(&img, table) {
-            let sym_index = r_sym(info) as usize;
-            if sym_index == 0 {
-                continue;
-            }
-            if let Some(ix) = indexes {
-                if filter[(sym_index >> 6) & 63] & (1 << (sym_index & 63)) == 0
-                    || ix.binary_search(&(sym_index as u32)).is_err()
-                {
-                    continue;
+        each_relocation(
+            &img,
+            table,
+            &wanted,
+            |offset, info, addend| -> std::result::Result<(), Full> {
+                let sym_index = r_sym(info) as usize;
+                let address = object.base.wrapping_add(offset as usize);
+                // A relocation the loader wrote into code, of any type: counted, never a slot.
+                let in_code = tables.text_relocations && in_code(object, address);
+                let kind = RelocKind::from_type(r_type(info));
+                if kind.is_none() && !in_code {
+                    return Ok(());
                 }
-            }
-            let address = object.base.wrapping_add(offset as usize);
-            // A relocation the loader wrote into code, of any type: counted, never a slot.
-            let in_code = tables.text_relocations && in_code(object, address);
-            let kind = RelocKind::from_type(r_type(info));
-            if kind.is_none() && !in_code {
-                continue;
-            }
-            let slot_kind = match kind {
-                Some(RelocKind::Abs64) if !table.rela || addend != 0 => None,
-                k => k,
-            };
-            if !in_code
-                && (slot_kind.is_none()
-                    || !address.is_multiple_of(std::mem::align_of::<usize>())
-                    || !object.contains_range(address, 8))
-            {
-                continue;
-            }
-            let Some(sym) = tables.sym_addr(sym_index).and_then(|a| img.read::<Sym>(a)) else {
-                continue;
-            };
-            let Some(name) = tables.string(&img, sym.st_name as usize) else {
-                continue;
-            };
-            if name.is_empty() || !by_name(name) {
-                continue;
-            }
-            let (false, Some(kind)) = (in_code, slot_kind) else {
-                part.text_references += 1;
-                continue;
-            };
-            let defined_here = sym.st_shndx as u32 != SHN_UNDEF;
-            let canonical_plt = (!defined_here && sym.st_value != 0)
-                .then(|| object.base.wrapping_add(sym.st_value as usize));
-            let version = tables
-                .versym_addr(sym_index)
-                .and_then(|a| img.read::<u16>(a))
-                .and_then(|v| versions.name_of(&img, &tables, v & 0x7fff));
-            let name = intern(arena, name, fixed)?;
-            let version = match version {
-                Some(v) => Some(intern(arena, v, fixed)?),
-                None => None,
-            };
-            push(
-                entries,
-                NamedSlot {
-                    name,
-                    version,
-                    slot: Slot {
-                        address,
-                        kind,
-                        canonical_plt,
+                let slot_kind = match kind {
+                    Some(RelocKind::Abs64) if !table.rela || addend != 0 => None,
+                    k => k,
+                };
+                if !in_code
+                    && (slot_kind.is_none()
+                        || !address.is_multiple_of(std::mem::align_of::<usize>())
+                        || !object.contains_range(address, 8))
+                {
+                    return Ok(());
+                }
+                let Some(sym) = tables.sym_addr(sym_index).and_then(|a| img.read::<Sym>(a)) else {
+                    return Ok(());
+                };
+                let Some(name) = tables.string(&img, sym.st_name as usize) else {
+                    return Ok(());
+                };
+                if name.is_empty() || !by_name(name) {
+                    return Ok(());
+                }
+                let (false, Some(kind)) = (in_code, slot_kind) else {
+                    part.text_references += 1;
+                    return Ok(());
+                };
+                let defined_here = sym.st_shndx as u32 != SHN_UNDEF;
+                let canonical_plt = (!defined_here && sym.st_value != 0)
+                    .then(|| object.base.wrapping_add(sym.st_value as usize));
+                let version = tables
+                    .versym_addr(sym_index)
+                    .and_then(|a| img.read::<u16>(a))
+                    .and_then(|v| versions.name_of(&img, &tables, v & 0x7fff));
+                let name = intern(arena, name, fixed)?;
+                let version = match version {
+                    Some(v) => Some(intern(arena, v, fixed)?),
+                    None => None,
+                };
+                push(
+                    entries,
+                    NamedSlot {
+                        name,
+                        version,
+                        slot: Slot {
+                            address,
+                            kind,
+                            canonical_plt,
+                        },
                     },
-                },
-                fixed,
-            )?;
-        }
+                    fixed,
+                )?;
+                Ok(())
+            },
+        )?;
     }
     Ok(finish(part, entries, arena))
 }
@@ -481,33 +486,45 @@ impl DynamicTables {
     }
 }
 
-/// (r_offset, r_info, addend) of every entry of a table after its leading relative ones; REL
-/// entries report addend 0. A table of standard entries lying in one readable segment is
-/// checked once and walked as an array (big libraries have hundreds of thousands of entries);
-/// anything else is read entry by entry, each read checked.
-fn relocations<'a>(
-    img: &'a Image<'a>,
-    t: &'a RelocTable,
-) -> impl Iterator<Item = (u64, u64, i64)> + 'a {
+/// Call `f(r_offset, r_info, addend)` for every entry of a table after its leading relative
+/// ones whose `r_info` passes `keep`, in order, until `f` fails; REL entries report addend 0.
+/// A table of standard entries lying in one readable segment is checked once and walked as an
+/// array in a plain loop (big libraries have hundreds of thousands of entries, nearly all
+/// rejected by `keep`, which is meant to be small enough to inline); anything else is read
+/// entry by entry, each read checked, up to the first unreadable one.
+fn each_relocation<E>(
+    img: &Image<'_>,
+    t: &RelocTable,
+    keep: &impl Fn(u64) -> bool,
+    mut f: impl FnMut(u64, u64, i64) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
     let n = t.size / t.entsize;
     let from = t.relative.min(n);
     let at = t.addr.wrapping_add(from.wrapping_mul(t.entsize));
-    let (rela, rel): (&[Rela], &[Rel]) = match (t.rela, t.entsize) {
-        (true, e) if e == std::mem::size_of::<Rela>() => {
-            (img.array::<Rela>(at, n - from).unwrap_or(&[]), &[])
+    if t.rela && t.entsize == std::mem::size_of::<Rela>() {
+        if let Some(all) = img.array::<Rela>(at, n - from) {
+            for r in all.iter().filter(|r| keep(r.r_info)) {
+                f(r.r_offset, r.r_info, r.r_addend)?;
+            }
+            return Ok(());
         }
-        (false, e) if e == std::mem::size_of::<Rel>() => {
-            (&[], img.array::<Rel>(at, n - from).unwrap_or(&[]))
+    } else if !t.rela && t.entsize == std::mem::size_of::<Rel>() {
+        if let Some(all) = img.array::<Rel>(at, n - from) {
+            for r in all.iter().filter(|r| keep(r.r_info)) {
+                f(r.r_offset, r.r_info, 0)?;
+            }
+            return Ok(());
         }
-        _ => (&[], &[]),
-    };
-    let whole = !rela.is_empty() || !rel.is_empty();
-    let fast = rela
-        .iter()
-        .map(|r| (r.r_offset, r.r_info, r.r_addend))
-        .chain(rel.iter().map(|r| (r.r_offset, r.r_info, 0)));
-    let slow = (if whole { n } else { from }..n).map_while(move |i| entry(img, t, i));
-    fast.chain(slow)
+    }
+    for i in from..n {
+        let Some((offset, info, addend)) = entry(img, t, i) else {
+            break;
+        };
+        if keep(info) {
+            f(offset, info, addend)?;
+        }
+    }
+    Ok(())
 }
 
 /// Entry `i` of a table, read alone (checked).
@@ -620,7 +637,12 @@ mod tests {
             };
             let img = Image::new(&obj);
             for table in t.relocs.iter() {
-                let walked: Vec<_> = relocations(&img, table).collect();
+                let mut walked = Vec::new();
+                each_relocation(&img, table, &|_| true, |o, i, a| {
+                    walked.push((o, i, a));
+                    Ok::<(), ()>(())
+                })
+                .unwrap();
                 let n = table.size / table.entsize;
                 let one_by_one: Vec<_> = (table.relative.min(n)..n)
                     .map_while(|i| entry(&img, table, i))

@@ -98,8 +98,10 @@ pub(crate) fn wanted_indexes(
     fixed: bool,
 ) -> Result<bool, Full> {
     found.clear();
+    let prefixes = Prefixes::of(names);
     let is_wanted = |index: usize| -> bool {
         img.read::<Sym>(t.symtab + index * t.syment)
+            .filter(|sym| prefixes.may_name(img, t, sym.st_name as usize))
             .and_then(|sym| t.string(img, sym.st_name as usize))
             .is_some_and(|n| names.binary_search_by(|w| w.as_slice().cmp(n)).is_ok())
     };
@@ -136,6 +138,43 @@ pub(crate) fn wanted_indexes(
     found.sort_unstable();
     found.dedup();
     Ok(true)
+}
+
+/// The first two bytes of each wanted name, as a 4,096-bit set. A big library imports
+/// thousands of symbols that no hash table covers, nearly all C++ names (`_Z...`); each is
+/// passed over after one two-byte read and a bit test instead of a string scan and a search.
+struct Prefixes([u64; 64]);
+
+impl Prefixes {
+    fn of(names: &[Vec<u8>]) -> Prefixes {
+        let mut set = [0u64; 64];
+        for name in names {
+            let k = Self::key(
+                name.first().copied().unwrap_or(0),
+                name.get(1).copied().unwrap_or(0),
+            );
+            set[k >> 6] |= 1 << (k & 63);
+        }
+        Prefixes(set)
+    }
+
+    fn key(b0: u8, b1: u8) -> usize {
+        ((b0 as usize & 63) << 6) | (b1 as usize & 63)
+    }
+
+    /// Whether the string at `offset` may be one of the names: false only when its first two
+    /// bytes (the second is the NUL of a one-byte name) start none of them, or cannot be read.
+    fn may_name(&self, img: &Image<'_>, t: &DynamicTables, offset: usize) -> bool {
+        if t.strsz != 0 && offset.saturating_add(2) > t.strsz {
+            return true; // too near the end to read two bytes: let the full check decide
+        }
+        let Some(two) = img.read::<u16>(t.strtab.wrapping_add(offset)) else {
+            return true;
+        };
+        let [b0, b1] = two.to_ne_bytes();
+        let k = Self::key(b0, b1);
+        self.0[k >> 6] & (1 << (k & 63)) != 0
+    }
 }
 
 /// How many symbols precede the hashed ones of a GNU hash table at `at`: the imports are among
