@@ -17,7 +17,7 @@
 //! so a batch must not outlive the patch lock: the engine holds it while it writes.
 #![allow(unsafe_code)]
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 use region::Protection;
@@ -143,6 +143,37 @@ const VMA_READABLE: u64 = 1;
 const VMA_WRITABLE: u64 = 2;
 const VMA_EXECUTABLE: u64 = 4;
 
+const SPAN_NONE: u8 = 0;
+const SPAN_OPEN: u8 = 1;
+const SPAN_CHECKED: u8 = 2;
+
+thread_local! {
+    /// This thread's [`CheckedSpan`]: none, open (descriptor not checked yet in it), or checked.
+    static SPAN: Cell<u8> = const { Cell::new(SPAN_NONE) };
+}
+
+/// A stretch of work on one thread (one engine operation) in which the kept descriptor is
+/// checked (pid, `fstat`) once, at its first use, rather than at every batch: indexing and
+/// patching one new object are two batches, and the check cost ≈ 1 µs of each hooked
+/// `dlopen`. The program could close and reuse the descriptor's number between two uses, as it
+/// could between the check and the query anyway; a query on a file that is not a maps file
+/// fails, and the object is then treated as unreadable, never read. Spans do not nest.
+#[derive(Debug)]
+pub struct CheckedSpan(());
+
+impl CheckedSpan {
+    pub fn begin() -> CheckedSpan {
+        SPAN.with(|s| s.set(SPAN_OPEN));
+        CheckedSpan(())
+    }
+}
+
+impl Drop for CheckedSpan {
+    fn drop(&mut self) {
+        SPAN.with(|s| s.set(SPAN_NONE));
+    }
+}
+
 /// The kept `/proc/self/maps` descriptor: -1 not opened yet, -2 the kernel has no
 /// `PROCMAP_QUERY` (use the text), else the descriptor.
 static MAPS_FD: AtomicI32 = AtomicI32::new(-1);
@@ -172,6 +203,19 @@ impl MapsQuery {
         if fd == UNSUPPORTED {
             return None;
         }
+        let span = SPAN.with(Cell::get);
+        if span == SPAN_CHECKED && fd >= 0 {
+            return Some(MapsQuery { fd });
+        }
+        let q = Self::open_checked(fd)?;
+        if span == SPAN_OPEN {
+            SPAN.with(|s| s.set(SPAN_CHECKED));
+        }
+        Some(q)
+    }
+
+    /// [`MapsQuery::open`] with the identity and pid checks.
+    fn open_checked(fd: i32) -> Option<MapsQuery> {
         if fd == -1 && std::env::var_os("CUHOOK_NO_PROCMAP_QUERY").is_some_and(|v| v == "1") {
             MAPS_FD.store(UNSUPPORTED, Ordering::Release);
             return None;
@@ -520,6 +564,33 @@ mod tests {
                 "child saw the wrong mappings"
             );
         }
+
+        // Inside a checked span the descriptor is checked once: swapped after that, a query
+        // fails (the caller treats the address as unreadable), it never answers from the
+        // wrong file; once the span ends, the next batch checks and reopens.
+        let span = CheckedSpan::begin();
+        let inside = ProtectionMap::for_addresses(std::iter::once(probe)).unwrap();
+        assert_eq!(inside.at(probe).unwrap(), Protection::READ_EXECUTE);
+        let fd = MAPS_FD.load(Ordering::Acquire);
+        // SAFETY: our own descriptor, replaced by /dev/null under the same number.
+        unsafe {
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+            assert!(null >= 0);
+            assert_eq!(libc::dup2(null, fd), fd);
+            libc::close(null);
+        }
+        let swapped = ProtectionMap::for_addresses(std::iter::once(probe)).unwrap();
+        assert!(swapped.at(probe).is_err(), "a query on /dev/null answered");
+        drop(span);
+        let after = ProtectionMap::for_addresses(std::iter::once(probe)).unwrap();
+        assert_eq!(after.at(probe).unwrap(), Protection::READ_EXECUTE);
+        assert_ne!(
+            MAPS_FD.load(Ordering::Acquire),
+            fd,
+            "reopened after the span"
+        );
+        // SAFETY: the /dev/null descriptor left under the old number is ours.
+        unsafe { libc::close(fd) };
     }
 
     fn release() -> String {

@@ -19,6 +19,8 @@ thread_local! {
 /// Exclusive access to the engine for one operation.
 pub(crate) struct Operation {
     guard: spin::MutexGuard<'static, State>,
+    /// The kept maps descriptor is checked once per operation.
+    _maps: crate::elf::CheckedSpan,
 }
 
 /// The fork handlers took the patch lock (and the dlsym table's) for the fork.
@@ -117,7 +119,10 @@ impl Operation {
             }
         };
         IN_OPERATION.with(|f| f.set(true));
-        Some(Operation { guard })
+        Some(Operation {
+            guard,
+            _maps: crate::elf::CheckedSpan::begin(),
+        })
     }
 
     pub(crate) fn state(&mut self) -> &mut State {
