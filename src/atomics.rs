@@ -47,13 +47,13 @@ pub(crate) use atomic_array;
 
 /// A constructor that is `const fn` normally and a plain `fn` under loom.
 macro_rules! const_unless_loom {
-    ($(#[$m:meta])* $vis:vis fn $name:ident() -> $ret:ty $body:block) => {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty $body:block) => {
         #[cfg(not(loom))]
         $(#[$m])*
-        $vis const fn $name() -> $ret $body
+        $vis const fn $name($($arg: $ty),*) -> $ret $body
         #[cfg(loom)]
         $(#[$m])*
-        $vis fn $name() -> $ret $body
+        $vis fn $name($($arg: $ty),*) -> $ret $body
     };
 }
 pub(crate) use const_unless_loom;

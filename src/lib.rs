@@ -58,6 +58,7 @@ pub mod error;
 pub mod events;
 pub mod hooks;
 pub mod init;
+mod locks;
 #[doc(hidden)]
 pub mod log;
 #[doc(hidden)]

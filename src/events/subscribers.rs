@@ -14,11 +14,10 @@
 //! read it ([`grace::oldest_reader_epoch`]), or in `Drop`, which has exclusive access.
 #![allow(unsafe_code)]
 
+use crate::atomics::{atomic_array, AtomicPtr, AtomicU64, Ordering};
+use crate::locks::{Mutex, MutexGuard};
 use std::num::NonZeroU64;
 use std::ptr;
-use std::sync::{Mutex, MutexGuard};
-
-use crate::atomics::{atomic_array, AtomicPtr, AtomicU64, Ordering};
 
 use super::callback::{Callback, SubscriptionId};
 use super::grace::{self, Section};

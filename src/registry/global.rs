@@ -13,6 +13,7 @@
 #![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+#[cfg(not(loom))]
 use std::sync::Once;
 
 use super::Registry;
@@ -110,9 +111,11 @@ pub fn stats() -> RegistryStats {
     }
 }
 
+#[cfg(not(loom))]
 static REGISTERED: Once = Once::new();
 
 /// Install the fork handlers (once per process).
+#[cfg(not(loom))]
 pub(super) fn protect_fork() {
     REGISTERED.call_once(|| {
         // SAFETY: the handlers are plain `extern "C"` functions that never unwind.
@@ -126,10 +129,16 @@ pub(super) fn protect_fork() {
     });
 }
 
+/// Loom builds never fork (and loom's writer lock cannot be released without its guard).
+#[cfg(loom)]
+pub(super) fn protect_fork() {}
+
+#[cfg(not(loom))]
 extern "C" fn prepare() {
     global().hold_for_fork();
 }
 
+#[cfg(not(loom))]
 extern "C" fn release() {
     // SAFETY: `prepare` took the lock on this thread just before the fork.
     unsafe { global().release_after_fork() };

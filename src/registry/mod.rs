@@ -27,7 +27,8 @@
 //!   leaf table it last used: consecutive edits in one 2 MiB block (a pool's) need no descent.
 //! - Records, tables and chains come from type-stable slabs (`slab.rs`): memory is reused,
 //!   never unmapped, so a reader racing a writer reads stale but valid memory.
-//! - Writers serialise on a spin lock that yields (cores are few, the holder may be preempted).
+//! - Writers serialise on a spin lock that yields (cores are few, the holder may be preempted;
+//!   `crate::locks`, where the loom models get loom's mutex instead).
 //!   Closures handed to [`Registry::purge`], [`Registry::remove_with`] and
 //!   [`Registry::for_each`] run after the lock is released, so they may call back into the
 //!   registry. (Only a signal handler that interrupts a write on the same thread and then writes
@@ -70,12 +71,13 @@ use crate::atomics::{const_unless_loom, AtomicPtr, AtomicU64, AtomicUsize, Order
 use core::ffi::CStr;
 
 use crate::events::{MemEvent, MemType};
+use crate::locks::WriterLock;
 pub use global::{
     attach, attached, detach, forget_all, global, note_failed_free, note_unknown_free,
     replay_existing, stats, RegistryStats,
 };
 use table::{Table, Top};
-use write::{Writer, Yield};
+use write::Writer;
 
 /// One registered address range and what is known about it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -192,7 +194,7 @@ pub struct Registry {
     /// counters so that locking does not invalidate the readers' line.
     read: ReadSide,
     stats: Stats,
-    writer: spin::mutex::Mutex<Writer, Yield>,
+    writer: WriterLock<Writer>,
 }
 
 #[repr(align(128))]
@@ -230,7 +232,7 @@ impl Registry {
                 live_bytes: AtomicUsize::new(0),
                 missed: AtomicU64::new(0),
             },
-            writer: spin::mutex::Mutex::new(Writer::new()),
+            writer: WriterLock::new(Writer::new()),
         }
     }
     }

@@ -30,8 +30,13 @@ use super::record::{RawRecord, Record};
 use super::slab::{Fresh, Ptr};
 
 /// Block size of a slot of each level (log2 bytes).
-#[cfg(not(loom))]
+#[cfg(not(any(loom, miri)))]
 pub(super) const SHIFT: [u32; LEVELS] = [48, 39, 30, 21, 12];
+/// Under Miri, still 4 KiB granules (the tests' ranges exercise the same slots, blocks and
+/// chains), but a 4,096-slot top and 1,024-slot tables: Miri interprets every slot a test
+/// creates or walks, and the 65,536-slot top made each invariant check take a minute.
+#[cfg(all(miri, not(loom)))]
+pub(super) const SHIFT: [u32; LEVELS] = [52, 42, 32, 22, 12];
 /// Under loom, the same five levels scaled down to a 16-slot top and 4-slot tables (granules of
 /// 2^52 bytes), so that a model creates tens of atomics, not hundreds of thousands.
 #[cfg(loom)]

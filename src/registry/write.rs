@@ -12,15 +12,6 @@ use super::slab::{Ptr, Slab};
 use super::table::{slot_of, target, Bucket, Table, Top, REC};
 use super::{Allocation, InsertOutcome, Registry, Removed};
 
-/// Lock waiters yield: with few cores, spinning against a preempted holder wastes its slice.
-pub(super) struct Yield;
-
-impl spin::RelaxStrategy for Yield {
-    fn relax() {
-        crate::atomics::yield_now();
-    }
-}
-
 /// Writer state, under the lock.
 pub(super) struct Writer {
     /// The top table (also published in `Registry::read`), owned here.
@@ -432,6 +423,8 @@ impl Registry {
     }
 }
 
+/// Loom builds never fork (and loom's lock has no `force_unlock`).
+#[cfg(not(loom))]
 impl Registry {
     /// Takes the writer lock and keeps it (the `fork` prepare handler).
     pub(super) fn hold_for_fork(&self) {

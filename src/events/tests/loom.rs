@@ -3,11 +3,11 @@
 //!
 //! Under `--cfg loom` the events module uses loom's atomics and fences (`crate::atomics`), a loom
 //! thread-local for the per-thread state, lazily built statics for the epoch and the slots, and
-//! smaller sizes (4 slots, 2 nesting levels, 4 subscriptions). Not modelled: the `membarrier`
-//! scheme (loom cannot; readers use their `fence(SeqCst)` branch, which `CUHOOK_NO_MEMBARRIER=1`
-//! selects in real builds), reclaiming slots of dead threads (thread ids are not modelled),
-//! spare-slot borrowing, and several writers at once (the writer mutex is `std`'s, which loom
-//! does not schedule).
+//! smaller sizes (4 slots, 2 nesting levels, 4 subscriptions), and the writer mutex is loom's
+//! (`crate::locks`), so two writers can race. Not modelled: the `membarrier` scheme (loom cannot;
+//! readers use their `fence(SeqCst)` branch, which `CUHOOK_NO_MEMBARRIER=1` selects in real
+//! builds), reclaiming slots of dead threads (thread ids are not modelled) and spare-slot
+//! borrowing.
 //!
 //! # Safety
 //!
@@ -26,8 +26,12 @@ loom::lazy_static! {
     /// State the removed subscriber's callback writes, and `unsubscribe`'s caller then writes
     /// without any lock, as a caller freeing the callback's context would.
     static ref CONTEXT: UnsafeCell<u64> = UnsafeCell::new(0);
+    /// The same for a second removed subscriber, unsubscribed by another writer thread.
+    static ref OTHER_CONTEXT: UnsafeCell<u64> = UnsafeCell::new(0);
     /// Calls of the subscriber that stays.
     static ref KEPT_CALLS: AtomicUsize = AtomicUsize::new(0);
+    /// Calls of a subscriber added while the dispatch runs.
+    static ref ADDED_CALLS: AtomicUsize = AtomicUsize::new(0);
 }
 
 fn removed_cb(_: &MemEvent, _: usize) {
@@ -35,8 +39,17 @@ fn removed_cb(_: &MemEvent, _: usize) {
     CONTEXT.with_mut(|n| unsafe { *n += 1 });
 }
 
+fn other_removed_cb(_: &MemEvent, _: usize) {
+    // SAFETY: as in `removed_cb`.
+    OTHER_CONTEXT.with_mut(|n| unsafe { *n += 1 });
+}
+
 fn kept_cb(_: &MemEvent, _: usize) {
     KEPT_CALLS.fetch_add(1, Ordering::Relaxed);
+}
+
+fn added_cb(_: &MemEvent, _: usize) {
+    ADDED_CALLS.fetch_add(1, Ordering::Relaxed);
 }
 
 fn event() -> MemEvent {
@@ -99,5 +112,60 @@ fn loom_snapshot_outlives_its_readers() {
         // Either subscriber, both, or (the first removed before its call, the second added after
         // the dispatch loaded its snapshot) neither: both changes race with the dispatch.
         assert!(KEPT_CALLS.load(Ordering::Relaxed) <= 2);
+    });
+}
+
+/// Two writers at once while a dispatch runs (on the model's main thread): one thread
+/// unsubscribes a subscriber; the other subscribes a new one (which may take the index just
+/// freed, so that the dispatch, iterating the older snapshot, meets the new token there) and then
+/// unsubscribes a second old one. Neither removed callback runs after its `unsubscribe` returned
+/// (each writer then writes the callback's state unsynchronised), the subscriber that stays gets
+/// the event once, the new one at most once, and the snapshots both writers retire are freed
+/// only after the dispatch is done with them (`PublishedList`'s loom-only cell).
+#[test]
+fn loom_two_writers_under_dispatch() {
+    loom::model(|| {
+        let list = Arc::new(SubscriberList::new());
+        let first = list
+            .subscribe(mask::ALL, 0, Callback::Rust(removed_cb), 1)
+            .unwrap();
+        list.subscribe(mask::ALL, 1, Callback::Rust(kept_cb), 2)
+            .unwrap();
+        let second = list
+            .subscribe(mask::ALL, 2, Callback::Rust(other_removed_cb), 3)
+            .unwrap();
+        let l = list.clone();
+        let unsubscriber = thread::spawn(move || {
+            l.unsubscribe_id(first).unwrap();
+            // SAFETY: checked by loom (module doc).
+            CONTEXT.with_mut(|n| unsafe {
+                *n += 100;
+                *n
+            })
+        });
+        let l = list.clone();
+        let subscriber = thread::spawn(move || {
+            l.subscribe(mask::ALL, 3, Callback::Rust(added_cb), 4)
+                .unwrap();
+            l.unsubscribe_id(second).unwrap();
+            // SAFETY: checked by loom (module doc).
+            OTHER_CONTEXT.with_mut(|n| unsafe {
+                *n += 100;
+                *n
+            })
+        });
+        list.dispatch(&event());
+        let calls = unsubscriber.join().unwrap();
+        let other_calls = subscriber.join().unwrap();
+        assert_eq!(
+            list.stats().panics,
+            0,
+            "a callback panicked (a race loom reported?)"
+        );
+        assert!(calls == 100 || calls == 101, "{calls}");
+        assert!(other_calls == 100 || other_calls == 101, "{other_calls}");
+        assert_eq!(KEPT_CALLS.load(Ordering::Relaxed), 1);
+        assert!(ADDED_CALLS.load(Ordering::Relaxed) <= 1);
+        assert_eq!(list.len(), 2);
     });
 }

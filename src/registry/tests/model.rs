@@ -306,7 +306,7 @@ fn seed_from_env() -> Option<u64> {
 #[test]
 #[cfg_attr(
     miri,
-    ignore = "too slow interpreted: 2 sequences of 30 operations ran over 10 minutes"
+    ignore = "too slow interpreted: 4 sequences of 30 operations take 3 minutes"
 )]
 fn registry_model_short_sequences() {
     if let Some(seed) = seed_from_env() {
