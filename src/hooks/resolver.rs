@@ -1,7 +1,7 @@
 //! Which function a hooked symbol really resolves to (never a PLT stub or a non-PIE
 //! executable's canonical entry), asked the way the loader would bind it.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::ffi::CStr;
 use std::sync::Arc;
 

@@ -4,7 +4,9 @@
 //! `dlclose` ("is this slot patched?", "is this hook live anywhere?", "drop this object's
 //! entries") cost O(1) or O(log n) per entry concerned, never O(all entries).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use region::Protection;
@@ -61,16 +63,16 @@ impl Journal {
         let seq = self.next;
         self.next += 1;
         self.by_slot
-            .get_or_insert_with(HashMap::new)
+            .get_or_insert_with(HashMap::default)
             .insert((e.set_id, e.address), seq);
         self.by_object
-            .get_or_insert_with(HashMap::new)
+            .get_or_insert_with(HashMap::default)
             .entry(object_key(&e.object))
             .or_default()
             .push(seq);
         *self
             .by_symbol
-            .get_or_insert_with(HashMap::new)
+            .get_or_insert_with(HashMap::default)
             .entry(e.set_id)
             .or_default()
             .entry(e.symbol.clone())

@@ -10,7 +10,7 @@ mod patching;
 mod sets;
 mod sync;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

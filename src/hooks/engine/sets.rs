@@ -1,7 +1,7 @@
 //! Installed hook sets: what object indexes must cover, adding a set, stacking sets on one
 //! symbol and unstacking them in any order, and restoring a set's slots at uninstall.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::Arc;
 
 use crate::elf::{self};
@@ -73,7 +73,7 @@ impl State {
     /// set's replacement put that back at uninstall. Those slots are handed over (never
     /// restored by this set, which would find them changed and report them foreign).
     pub(super) fn unstack(&mut self, set_id: u64, leaving: &HookSet) {
-        let mut handed_over = HashSet::new();
+        let mut handed_over = HashSet::default();
         for h in leaving.hooks.iter() {
             let below = h.original.get();
             if h.replacement == 0 || below == 0 {
@@ -112,7 +112,7 @@ impl State {
             .map(|o| (o.base, o.name.as_str()))
             .collect();
         // One pin per object (entries share their object's `Arc`); `None`: gone or unpinnable.
-        let mut pins: HashMap<usize, Option<Pin>> = HashMap::new();
+        let mut pins: HashMap<usize, Option<Pin>> = HashMap::default();
         let mut report = UninstallReport::default();
         let mut writable = Vec::new();
         for e in entries {

@@ -3,7 +3,7 @@
 //! new objects with every installed set. The `dlopen`/`dlclose` fast paths handle the common
 //! one-object change without a walk.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -85,7 +85,7 @@ impl State {
         };
         let base = obj.base;
         self.known
-            .get_or_insert_with(HashMap::new)
+            .get_or_insert_with(HashMap::default)
             .entry(base)
             .or_default()
             .push(Known {
@@ -109,7 +109,7 @@ impl State {
         {
             k.link_map = link_map;
             self.by_link_map
-                .get_or_insert_with(HashMap::new)
+                .get_or_insert_with(HashMap::default)
                 .insert(link_map, base);
         }
     }
@@ -157,7 +157,8 @@ impl State {
         Vec<Arc<ObjectIndex>>,
         Vec<Option<Pin>>,
     ) {
-        let mut present: HashSet<usize> = HashSet::with_capacity(objects.len());
+        let mut present: HashSet<usize> =
+            HashSet::with_capacity_and_hasher(objects.len(), Default::default());
         let (mut all, mut fresh) = (Vec::new(), Vec::new());
         for obj in objects {
             if let Some(k) = self.find_known(obj.base, &obj.name) {
