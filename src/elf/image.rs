@@ -39,6 +39,8 @@ pub(crate) struct Image<'a> {
     /// Parts of declared segments the kernel confirmed readable, `[start, end)`.
     confirmed: [Cell<(usize, usize)>; CONFIRMED],
     confirmed_count: Cell<usize>,
+    /// The confirmed part the last read fell in (an empty range at first, which nothing is in).
+    last: Cell<(usize, usize)>,
 }
 
 impl<'a> Image<'a> {
@@ -50,6 +52,7 @@ impl<'a> Image<'a> {
             kernel: MapsQuery::open(),
             confirmed: Default::default(),
             confirmed_count: Cell::new(0),
+            last: Cell::new((usize::MAX, 0)),
         };
         for (s, e, flags) in obj.segments() {
             if flags & PF_R == 0 {
@@ -85,12 +88,18 @@ impl<'a> Image<'a> {
         let Some(kernel) = &self.kernel else {
             return self.declared(addr, end);
         };
+        // Reads come in runs from one table: try the part the last read used first.
+        let (s, e) = self.last.get();
+        if addr >= s && end <= e && s < e {
+            return Some((s, e));
+        }
         let known = self.confirmed_count.get();
         if let Some(part) = self.confirmed[..known]
             .iter()
             .map(Cell::get)
             .find(|&(s, e)| addr >= s && end <= e)
         {
+            self.last.set(part);
             return Some(part);
         }
         let (seg_start, seg_end) = self.declared(addr, end)?;
@@ -109,6 +118,7 @@ impl<'a> Image<'a> {
             self.confirmed[known].set((start, stop));
             self.confirmed_count.set(known + 1);
         }
+        self.last.set((start, stop));
         Some((start, stop))
     }
 
