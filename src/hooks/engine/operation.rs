@@ -2,7 +2,7 @@
 //! that a child never inherits the lock held by a thread that does not exist in it.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::hooks::substitution::publish;
@@ -33,11 +33,40 @@ static ORPHANED: AtomicBool = AtomicBool::new(false);
 /// that lock reaches it.
 const FORK_PATIENCE: Duration = Duration::from_secs(5);
 
+/// Fork-handler registration: [`UNREGISTERED`], [`REGISTERED`], or the pid of the process one
+/// of whose threads is registering them.
+static REGISTRATION: AtomicI32 = AtomicI32::new(UNREGISTERED);
+const UNREGISTERED: i32 = 0;
+const REGISTERED: i32 = -1;
+
 /// Install the fork handlers (once per process), so that a child never inherits the patch lock
 /// held by a thread that does not exist in it.
+///
+/// Not a `std::sync::Once`: a fork while another thread ran the registration left the child
+/// with the `Once` running forever, and the child's first operation waited for it for ever
+/// (seen under qemu: 1 child in ≈ 18,000 of the fork test hung). Here a child that inherits a
+/// registration in progress (a pid not its own) registers itself; one that inherits it after
+/// `pthread_atfork` returned sees [`REGISTERED`], which `prepare_fork` stores before every
+/// fork, so the handlers are never registered twice.
 fn protect_fork() {
-    static REGISTERED: std::sync::Once = std::sync::Once::new();
-    REGISTERED.call_once(|| {
+    loop {
+        let seen = REGISTRATION.load(Ordering::Acquire);
+        if seen == REGISTERED {
+            return;
+        }
+        let pid = current_pid();
+        if seen == pid {
+            // Another thread of this process is registering them now: it will not be long.
+            std::thread::yield_now();
+            continue;
+        }
+        // Unregistered, or inherited from a parent that forked in the middle: ours to do.
+        if REGISTRATION
+            .compare_exchange(seen, pid, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            continue;
+        }
         // SAFETY: plain `extern "C"` handlers that never unwind.
         #[allow(unsafe_code)]
         let rc = unsafe {
@@ -49,13 +78,25 @@ fn protect_fork() {
                 "pthread_atfork failed ({rc}): a fork during a hook install may leave the child unable to patch"
             );
         }
-    });
+        REGISTRATION.store(REGISTERED, Ordering::Release);
+        return;
+    }
+}
+
+fn current_pid() -> i32 {
+    // SAFETY: getpid has no preconditions.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::getpid()
+    }
 }
 
 /// Before a fork: wait for a running operation to end and hold the lock across the fork (the
 /// child then starts with a consistent engine). Not when this thread is inside an operation:
 /// it lives on in the child and finishes it there.
 extern "C" fn prepare_fork() {
+    // The handlers run, so they are registered: the child must not register them again.
+    REGISTRATION.store(REGISTERED, Ordering::Release);
     if IN_OPERATION.with(|f| f.get()) {
         return;
     }
