@@ -54,7 +54,7 @@ fn protect_fork() {
         if seen == REGISTERED {
             return;
         }
-        let pid = current_pid();
+        let pid = std::process::id() as i32;
         if seen == pid {
             // Another thread of this process is registering them now: it will not be long.
             std::thread::yield_now();
@@ -80,14 +80,6 @@ fn protect_fork() {
         }
         REGISTRATION.store(REGISTERED, Ordering::Release);
         return;
-    }
-}
-
-fn current_pid() -> i32 {
-    // SAFETY: getpid has no preconditions.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::getpid()
     }
 }
 
