@@ -16,8 +16,10 @@ mod image;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// Cases of a default run (a few seconds on a loaded 2-core machine).
-const DEFAULT_CASES: u64 = 3000;
+/// Cases of a default run (about 8 s on a loaded 2-core machine)...
+const DEFAULT_CASES: u64 = 20_000;
+/// ...or fewer, if they take longer than this (an emulated run).
+const DEFAULT_SECS: u64 = 15;
 
 /// Seeded choices (fastrand: reproducible from the seed a failure prints).
 struct Rng(fastrand::Rng);
@@ -240,27 +242,60 @@ fn env_u64(name: &str) -> Option<u64> {
     })
 }
 
+/// A case runs in milliseconds (under qemu, a tenth of a second); one still running after this
+/// long is a reader that loops, or walks a corrupt count of billions, and fails the run with its
+/// replay line instead of stalling it.
+const CASE_LIMIT: Duration = Duration::from_secs(10);
+
+/// A thread told each case as it starts; if none starts within [`CASE_LIMIT`], it names the
+/// running one and aborts the process. It ends when the sender is dropped.
+fn watchdog(seed: u64) -> std::sync::mpsc::Sender<u64> {
+    let (tx, rx) = std::sync::mpsc::channel::<u64>();
+    std::thread::spawn(move || {
+        let mut running = None;
+        loop {
+            match rx.recv_timeout(CASE_LIMIT) {
+                Ok(case) => running = Some(case),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if let Some(case) = running {
+                        eprintln!(
+                            "elf_fuzz: a case ran over {} s (a reader loops?): replay with \
+                             CUHOOK_FUZZ_SEED={seed:#x} CUHOOK_FUZZ_CASE={case}",
+                            CASE_LIMIT.as_secs()
+                        );
+                        std::process::abort();
+                    }
+                }
+            }
+        }
+    });
+    tx
+}
+
 #[test]
 fn elf_readers_survive_mutated_and_arbitrary_objects() {
     let seeds = seeds();
     assert!(seeds.len() >= 20, "only {} seed objects", seeds.len());
     let seed = env_u64("CUHOOK_FUZZ_SEED").unwrap_or(0xc0ffee);
     let only = env_u64("CUHOOK_FUZZ_CASE");
-    let secs = env_u64("CUHOOK_FUZZ_SECS");
-    let cases = env_u64("CUHOOK_FUZZ_CASES").unwrap_or(if secs.is_some() {
-        u64::MAX
-    } else {
-        DEFAULT_CASES
-    });
+    // A default run stops at whichever limit comes first (an emulated run gets fewer cases).
+    let (cases, secs) = match (env_u64("CUHOOK_FUZZ_CASES"), env_u64("CUHOOK_FUZZ_SECS")) {
+        (Some(cases), secs) => (cases, secs),
+        (None, Some(secs)) => (u64::MAX, Some(secs)),
+        (None, None) => (DEFAULT_CASES, Some(DEFAULT_SECS)),
+    };
     let deadline = secs.map(|s| Instant::now() + Duration::from_secs(s));
     let last = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("elf_fuzz.last");
     let start = Instant::now();
     let (mut dynamic, mut symtab, mut slots, mut versioned, mut defined) = (0, 0, 0, 0, 0);
     let mut ran = 0u64;
+    let watchdog = watchdog(seed);
     for case in only.map_or(0..cases, |c| c..c + 1) {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
+        watchdog.send(case).unwrap();
         let mut rng = Rng::seeded(seed ^ case.wrapping_mul(0x2545_f491_4f6c_dd1d));
         let input = if rng.below(10) == 0 {
             random_object(&mut rng)

@@ -83,8 +83,10 @@ impl<'a> Image<'a> {
 
     /// The readable range holding `[addr, addr+len)`: a declared segment, or where the kernel
     /// answers, the confirmed part of one (consecutive readable mappings joined).
+    /// A zero-length read counts as one byte: it must still lie inside a segment, never at
+    /// the end of one (where the walk below would find no mapping to step over).
     fn segment(&self, addr: usize, len: usize) -> Option<(usize, usize)> {
-        let end = addr.checked_add(len)?;
+        let end = addr.checked_add(len.max(1))?;
         let Some(kernel) = &self.kernel else {
             return self.declared(addr, end);
         };
@@ -104,7 +106,8 @@ impl<'a> Image<'a> {
         }
         let (seg_start, seg_end) = self.declared(addr, end)?;
         let (mut start, mut stop) = (addr, addr);
-        while stop < end.max(addr + 1) {
+        // Each step moves past one mapping, strictly forward (`stop < end <= seg_end`).
+        while stop < end {
             let (from, to, p) = kernel.covering(stop).ok()?;
             if !p.contains(region::Protection::READ) || from > stop || to <= stop {
                 return None;
@@ -249,6 +252,10 @@ mod tests {
             assert!(img.c_str(at(1) - 1, 64).is_none());
             // Beyond the declared segment: refused whatever the kernel says.
             assert_eq!(img.read::<u64>(at(4) - 4), None);
+            // Nothing at all, right at the segment's end (an empty table there): refused, at
+            // once (this once looped forever, asking the kernel about the same address).
+            assert!(img.array::<u64>(at(4), 0).is_none());
+            assert!(img.array::<u64>(at(3), 0).is_some());
         }
         // SAFETY: our own mapping, no longer used.
         unsafe { libc::munmap(base as *mut libc::c_void, 4 * page) };

@@ -189,9 +189,11 @@ fn unhashed_symbols(img: &Image<'_>, t: &DynamicTables, at: usize) -> Option<usi
         img.read::<u32>(at + 4)?,
         img.read::<u32>(at + 8)?,
     );
-    let buckets = at + 16 + bloom_size as usize * 8;
-    let hashes_any =
-        (0..nbuckets as usize).any(|i| img.read::<u32>(buckets + i * 4).is_some_and(|b| b != 0));
+    let buckets = at.wrapping_add(16).wrapping_add(bloom_size as usize * 8);
+    // Up to the first bucket that cannot be read: a corrupt count may claim four billion.
+    let hashes_any = (0..nbuckets as usize)
+        .map_while(|i| img.read::<u32>(buckets.wrapping_add(i * 4)))
+        .any(|b| b != 0);
     if hashes_any {
         return Some(symoffset as usize);
     }
