@@ -41,6 +41,9 @@ pub(crate) struct Image<'a> {
     confirmed_count: Cell<usize>,
     /// The confirmed part the last read fell in (an empty range at first, which nothing is in).
     last: Cell<(usize, usize)>,
+    /// The last mapping the kernel said is unreadable: reads touching it are refused without
+    /// asking again (a corrupt table may send a million reads there).
+    refused: Cell<(usize, usize)>,
 }
 
 impl<'a> Image<'a> {
@@ -53,6 +56,7 @@ impl<'a> Image<'a> {
             confirmed: Default::default(),
             confirmed_count: Cell::new(0),
             last: Cell::new((usize::MAX, 0)),
+            refused: Cell::new((usize::MAX, 0)),
         };
         for (s, e, flags) in obj.segments() {
             if flags & PF_R == 0 {
@@ -105,11 +109,19 @@ impl<'a> Image<'a> {
             return Some(part);
         }
         let (seg_start, seg_end) = self.declared(addr, end)?;
+        let (r_start, r_end) = self.refused.get();
+        if addr < r_end && end > r_start {
+            return None;
+        }
         let (mut start, mut stop) = (addr, addr);
         // Each step moves past one mapping, strictly forward (`stop < end <= seg_end`).
         while stop < end {
             let (from, to, p) = kernel.covering(stop).ok()?;
-            if !p.contains(region::Protection::READ) || from > stop || to <= stop {
+            if from > stop || to <= stop {
+                return None;
+            }
+            if !p.contains(region::Protection::READ) {
+                self.refused.set((from, to));
                 return None;
             }
             if stop == addr {
@@ -250,6 +262,8 @@ mod tests {
             assert!(img.array::<u64>(at(2) - 8, 2).is_none());
             // A string may not run into the hole.
             assert!(img.c_str(at(1) - 1, 64).is_none());
+            // The hole, remembered, is still refused after reads elsewhere.
+            assert_eq!(img.read::<u64>(at(1) + 64), None);
             // Beyond the declared segment: refused whatever the kernel says.
             assert_eq!(img.read::<u64>(at(4) - 4), None);
             // Nothing at all, right at the segment's end (an empty table there): refused, at

@@ -7,8 +7,9 @@
 //! - Linux ≥ 6.11: the `PROCMAP_QUERY` ioctl on `/proc/self/maps` answers "which mapping covers
 //!   this address, with which protection" in well under a microsecond, whatever the number of
 //!   mappings, without producing or reading any text. The file is opened once and kept (close on
-//!   exec); before each batch its identity (`fstat`) and our pid (a forked child must not query
-//!   its parent's map) are checked, and it is reopened when either changed.
+//!   exec); before each batch, or once per engine operation ([`CheckedSpan`]), its identity
+//!   (`fstat`) and our pid (a forked child must not query its parent's map) are checked, and it
+//!   is reopened when either changed.
 //! - Older kernels (or a sandbox that refuses the ioctl): the mappings overlapping the batch are
 //!   read from `/proc/self/maps` text (through `region`), once per batch. The environment
 //!   variable `CUHOOK_NO_PROCMAP_QUERY=1` selects this path (tests use it).
@@ -165,6 +166,16 @@ impl CheckedSpan {
     pub fn begin() -> CheckedSpan {
         SPAN.with(|s| s.set(SPAN_OPEN));
         CheckedSpan(())
+    }
+
+    /// In a child just forked by a thread inside a span: the descriptor checked in the parent
+    /// reads the parent's mappings, so the span's next use checks (and reopens) it again.
+    pub fn recheck_after_fork() {
+        SPAN.with(|s| {
+            if s.get() == SPAN_CHECKED {
+                s.set(SPAN_OPEN);
+            }
+        });
     }
 }
 
@@ -434,6 +445,57 @@ mod tests {
             descriptor_swap_check,
             "the descriptor checks failed in the child",
         );
+    }
+
+    /// A thread that forks inside a checked span (a subscriber called during an engine
+    /// operation may) must not go on asking its parent's map in the child: the engine's
+    /// child fork handler calls [`CheckedSpan::recheck_after_fork`].
+    #[test]
+    fn a_child_forked_inside_a_span_asks_its_own_map() {
+        let _serial = serial();
+        in_child(fork_inside_span_check, "the child asked its parent's map");
+    }
+
+    fn fork_inside_span_check() {
+        let probe = fork_inside_span_check as *const () as usize;
+        let span = CheckedSpan::begin();
+        let Ok(map) = ProtectionMap::for_addresses(std::iter::once(probe)) else {
+            return;
+        };
+        if !map.uses_kernel_query() {
+            return; // no kept descriptor to go stale
+        }
+        assert_eq!(map.at(probe).unwrap(), Protection::READ_EXECUTE);
+        // SAFETY: the child maps a page, asks, and leaves with _exit.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0);
+            if pid == 0 {
+                let page = libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                ) as usize;
+                let ask = || {
+                    ProtectionMap::for_addresses(std::iter::once(page))
+                        .and_then(|m| m.at(page))
+                        .ok()
+                };
+                // Still checked: the parent's map, which has no such page.
+                let stale = ask();
+                CheckedSpan::recheck_after_fork();
+                let fresh = ask();
+                let ok = stale.is_none() && fresh == Some(Protection::READ);
+                libc::_exit(if ok { 0 } else { 1 });
+            }
+            let mut status = 0;
+            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        }
+        drop(span);
     }
 
     /// Run `check` in a forked child; fail with `what` unless it passes there.

@@ -122,6 +122,7 @@ extern "C" fn after_fork() {
 /// After a fork, in the child: as in the parent; a lock the handler could not take belongs to
 /// a thread that is gone, so the engine refuses operations instead of waiting forever.
 extern "C" fn after_fork_child() {
+    crate::elf::CheckedSpan::recheck_after_fork();
     let held = HELD_FOR_FORK.load(Ordering::Acquire);
     if !held && STATE.is_locked() && !IN_OPERATION.with(|f| f.get()) {
         ORPHANED.store(true, Ordering::Release);
