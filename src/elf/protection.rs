@@ -466,36 +466,45 @@ mod tests {
             return; // no kept descriptor to go stale
         }
         assert_eq!(map.at(probe).unwrap(), Protection::READ_EXECUTE);
-        // SAFETY: the child maps a page, asks, and leaves with _exit.
-        unsafe {
-            let pid = libc::fork();
-            assert!(pid >= 0);
-            if pid == 0 {
-                let page = libc::mmap(
-                    std::ptr::null_mut(),
-                    4096,
-                    libc::PROT_READ,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                ) as usize;
-                let ask = || {
-                    ProtectionMap::for_addresses(std::iter::once(page))
-                        .and_then(|m| m.at(page))
-                        .ok()
-                };
+        in_child(
+            || {
+                let page = read_only_page();
                 // Still checked: the parent's map, which has no such page.
-                let stale = ask();
+                assert!(
+                    protection_of(page).is_none(),
+                    "answered from the parent's map"
+                );
                 CheckedSpan::recheck_after_fork();
-                let fresh = ask();
-                let ok = stale.is_none() && fresh == Some(Protection::READ);
-                libc::_exit(if ok { 0 } else { 1 });
-            }
-            let mut status = 0;
-            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
-            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
-        }
+                assert_eq!(protection_of(page), Some(Protection::READ));
+            },
+            "the child asked its parent's map",
+        );
         drop(span);
+    }
+
+    /// A fresh read-only page of this process (never unmapped: the tests using it end their
+    /// process soon).
+    fn read_only_page() -> usize {
+        // SAFETY: a fresh private anonymous mapping, ours alone.
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(page, libc::MAP_FAILED);
+        page as usize
+    }
+
+    /// The protection a fresh map finds at `addr`.
+    fn protection_of(addr: usize) -> Option<Protection> {
+        ProtectionMap::for_addresses(std::iter::once(addr))
+            .and_then(|m| m.at(addr))
+            .ok()
     }
 
     /// Run `check` in a forked child; fail with `what` unless it passes there.
@@ -601,31 +610,10 @@ mod tests {
         unsafe { libc::close(other) };
 
         // A forked child asks about its own mappings.
-        // SAFETY: the child only maps a page, asks, and leaves with _exit.
-        unsafe {
-            let pid = libc::fork();
-            assert!(pid >= 0);
-            if pid == 0 {
-                let page = libc::mmap(
-                    std::ptr::null_mut(),
-                    4096,
-                    libc::PROT_READ,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                ) as usize;
-                let ok = ProtectionMap::for_addresses(std::iter::once(page))
-                    .and_then(|m| m.at(page))
-                    .is_ok_and(|p| p == Protection::READ);
-                libc::_exit(if ok { 0 } else { 1 });
-            }
-            let mut status = 0;
-            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
-            assert!(
-                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-                "child saw the wrong mappings"
-            );
-        }
+        in_child(
+            || assert_eq!(protection_of(read_only_page()), Some(Protection::READ)),
+            "child saw the wrong mappings",
+        );
 
         // Inside a checked span the descriptor is checked once: swapped after that, a query
         // fails (the caller treats the address as unreadable), it never answers from the
