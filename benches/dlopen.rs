@@ -121,6 +121,10 @@ fn run(o: &support::Options) {
         "µs",
         1.0,
     );
+    // BENCH_ONLY=new skips the loaded-library comparison (for profiling the new-library path).
+    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "new") {
+        return;
+    }
     let resident = CString::new(loaded[0].to_str().unwrap()).unwrap();
     let (plain, hooked) = compare(&c, &set, &resident, 10_000, o.rounds);
     report(

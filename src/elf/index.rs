@@ -363,7 +363,9 @@ fn index_tables(
     let indexes: Option<&[u32]> = by_index.then_some(&indexes[..]);
     part.defines_wanted = match indexes {
         Some(ix) => ix.iter().any(|&i| {
-            img.read::<Sym>(tables.symtab + i as usize * tables.syment)
+            tables
+                .sym_addr(i as usize)
+                .and_then(|a| img.read::<Sym>(a))
                 .is_some_and(|s| s.st_shndx as u32 != SHN_UNDEF)
         }),
         None => true,

@@ -100,7 +100,8 @@ pub(crate) fn wanted_indexes(
     found.clear();
     let prefixes = Prefixes::of(names);
     let is_wanted = |index: usize| -> bool {
-        img.read::<Sym>(t.symtab + index * t.syment)
+        t.sym_addr(index)
+            .and_then(|a| img.read::<Sym>(a))
             .filter(|sym| prefixes.may_name(img, t, sym.st_name as usize))
             .and_then(|sym| t.string(img, sym.st_name as usize))
             .is_some_and(|n| names.binary_search_by(|w| w.as_slice().cmp(n)).is_ok())
@@ -118,7 +119,8 @@ pub(crate) fn wanted_indexes(
         }
         for name in names {
             let named = |index: usize| {
-                img.read::<Sym>(t.symtab + index * t.syment)
+                t.sym_addr(index)
+                    .and_then(|a| img.read::<Sym>(a))
                     .and_then(|sym| t.string(img, sym.st_name as usize))
                     == Some(name.as_slice())
             };
