@@ -176,16 +176,32 @@ impl<'a> Image<'a> {
 }
 
 /// Whether any readable, read-only segment of `obj` contains `needle` (data a program embeds,
-/// such as the names a statically linked library looks up with `dlsym`).
+/// such as the names a statically linked library looks up with `dlsym`). Only the parts the
+/// kernel has readable are scanned (an object may have made some of its pages unreadable), one
+/// mapping at a time: a needle across two mappings is not found.
 pub fn segments_contain(obj: &LoadedObject, needle: &[u8]) -> bool {
     let finder = memchr::memmem::Finder::new(needle);
+    let img = Image::new(obj);
+    let page = region::page::size();
     obj.segments()
-        .filter(|&(_, _, flags)| flags & PF_R != 0 && flags & libc::PF_W == 0)
+        .filter(|&(start, end, flags)| flags & PF_R != 0 && flags & libc::PF_W == 0 && start < end)
         .any(|(start, end, _)| {
-            // SAFETY: a read-only PT_LOAD segment of a loaded object is mapped and readable for its
-            // whole memsz (the loader maps it page-rounded); the caller keeps the object loaded.
-            let bytes = unsafe { std::slice::from_raw_parts(start as *const u8, end - start) };
-            finder.find(bytes).is_some()
+            let mut at = start;
+            while at < end {
+                let Some((_, stop)) = img.segment(at, 1) else {
+                    // Not readable here: try the next page.
+                    at = (at & !(page - 1)).saturating_add(page);
+                    continue;
+                };
+                // SAFETY: `[at, stop)` is one readable part of a segment of an object the
+                // caller keeps loaded (`segment` confirmed it).
+                let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, stop - at) };
+                if finder.find(bytes).is_some() {
+                    return true;
+                }
+                at = stop;
+            }
+            false
         })
 }
 
@@ -264,6 +280,11 @@ mod tests {
             assert!(img.c_str(at(1) - 1, 64).is_none());
             // The hole, remembered, is still refused after reads elsewhere.
             assert_eq!(img.read::<u64>(at(1) + 64), None);
+            // A needle is looked for only where the kernel has the pages readable (this
+            // once read the whole declared segment: SIGSEGV on page 1).
+            assert!(segments_contain(&obj, &0x1002u64.to_ne_bytes()));
+            assert!(segments_contain(&obj, &0x1003u64.to_ne_bytes()));
+            assert!(!segments_contain(&obj, b"no such bytes"));
             // Beyond the declared segment: refused whatever the kernel says.
             assert_eq!(img.read::<u64>(at(4) - 4), None);
             // Nothing at all, right at the segment's end (an empty table there): refused, at

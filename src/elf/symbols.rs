@@ -99,21 +99,25 @@ pub(crate) fn wanted_indexes(
 ) -> Result<bool, Full> {
     found.clear();
     let prefixes = Prefixes::of(names);
-    let is_wanted = |index: usize| -> bool {
-        t.sym_addr(index)
-            .and_then(|a| img.read::<Sym>(a))
-            .filter(|sym| prefixes.may_name(img, t, sym.st_name as usize))
-            .and_then(|sym| t.string(img, sym.st_name as usize))
-            .is_some_and(|n| names.binary_search_by(|w| w.as_slice().cmp(n)).is_ok())
+    let symbol = |index: usize| t.sym_addr(index).and_then(|a| img.read::<Sym>(a));
+    let is_wanted_symbol = |sym: Sym| -> bool {
+        prefixes.may_name(img, t, sym.st_name as usize)
+            && t.string(img, sym.st_name as usize)
+                .is_some_and(|n| names.binary_search_by(|w| w.as_slice().cmp(n)).is_ok())
     };
+    let is_wanted = |index: usize| symbol(index).is_some_and(is_wanted_symbol);
     // Record a wanted index; true (stop) when there is no room left.
     let mut take = |index: usize| push(found, index as u32, fixed).is_err();
     if let Some(at) = t.gnu_hash {
         let Some(unhashed) = unhashed_symbols(img, t, at) else {
             return Ok(false);
         };
+        // Up to the first entry that cannot be read: a corrupt `symoffset` may claim billions.
         for index in 1..unhashed.min(MAX_CHAIN) {
-            if is_wanted(index) && take(index) {
+            let Some(sym) = symbol(index) else {
+                break;
+            };
+            if is_wanted_symbol(sym) && take(index) {
                 return Err(Full);
             }
         }

@@ -12,7 +12,8 @@ pub(crate) struct VersionNames<'v> {
     names: &'v [(u16, u32)],
 }
 
-/// Upper bound on version records walked (guards against corrupt `vn_next` chains).
+/// Upper bound on version records kept, in all (guards against corrupt chains: bounding each
+/// level alone would allow 4,096 × 4,096 records).
 const MAX_VERSIONS: usize = 4096;
 
 impl<'v> VersionNames<'v> {
@@ -25,12 +26,15 @@ impl<'v> VersionNames<'v> {
     ) -> std::result::Result<VersionNames<'v>, Full> {
         buf.clear();
         if let Some((mut at, count)) = t.verneed {
-            for _ in 0..count.min(MAX_VERSIONS) {
+            'needed: for _ in 0..count.min(MAX_VERSIONS) {
                 let Some(vn) = img.read::<Verneed>(at) else {
                     break;
                 };
                 let mut aux_at = at + vn.vn_aux as usize;
-                for _ in 0..(vn.vn_cnt as usize).min(MAX_VERSIONS) {
+                for _ in 0..vn.vn_cnt {
+                    if buf.len() >= MAX_VERSIONS {
+                        break 'needed;
+                    }
                     let Some(aux) = img.read::<Vernaux>(aux_at) else {
                         break;
                     };
@@ -48,6 +52,9 @@ impl<'v> VersionNames<'v> {
         }
         if let Some((mut at, count)) = t.verdef {
             for _ in 0..count.min(MAX_VERSIONS) {
+                if buf.len() >= MAX_VERSIONS {
+                    break;
+                }
                 let Some(vd) = img.read::<Verdef>(at) else {
                     break;
                 };
@@ -78,5 +85,51 @@ impl<'v> VersionNames<'v> {
             .iter()
             .filter(|(i, _)| *i == index)
             .find_map(|&(_, name)| t.string(img, name as usize))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elf::LoadedObject;
+    use libc::{Elf64_Phdr, PF_R, PT_LOAD};
+
+    /// A corrupt `DT_VERNEED` whose every record claims 4,096 entries after it, each pointing
+    /// on to the next 16 bytes: the records kept stay bounded in all (before, 16.7 million,
+    /// 134 MB, from 128 KiB of input).
+    #[test]
+    fn corrupt_version_chains_keep_a_bounded_number_of_records() {
+        // One 16-byte pattern read both as Verneed (version 1, count 4,096, aux 16, next 16)
+        // and as Vernaux (name 16, next 16).
+        let mut record = [0u8; 16];
+        record[0..2].copy_from_slice(&1u16.to_le_bytes());
+        record[2..4].copy_from_slice(&4096u16.to_le_bytes());
+        record[8..12].copy_from_slice(&16u32.to_le_bytes());
+        record[12..16].copy_from_slice(&16u32.to_le_bytes());
+        let bytes: Vec<u8> = record.iter().copied().cycle().take(160 << 10).collect();
+        let start = bytes.as_ptr() as usize;
+        let obj = LoadedObject {
+            base: 0,
+            name: "corrupt-versions".into(),
+            phdrs: vec![Elf64_Phdr {
+                p_type: PT_LOAD,
+                p_flags: PF_R,
+                p_offset: 0,
+                p_vaddr: start as u64,
+                p_paddr: start as u64,
+                p_filesz: bytes.len() as u64,
+                p_memsz: bytes.len() as u64,
+                p_align: 1,
+            }],
+            position: LoadedObject::UNKNOWN_POSITION,
+        };
+        let img = Image::new(&obj);
+        let t = DynamicTables {
+            verneed: Some((start, 4096)),
+            ..Default::default()
+        };
+        let mut buf = Vec::new();
+        let names = VersionNames::read(&img, &t, &mut buf, false).unwrap();
+        assert_eq!(names.names.len(), MAX_VERSIONS);
     }
 }
