@@ -154,7 +154,9 @@ int cuhook_hooks_install(const char *set_name, const cuhook_hook_t *hooks, size_
                          uint64_t *id_out);
 /* Drop one reference; the last one puts every slot back (report may be NULL). */
 int cuhook_hooks_uninstall(uint64_t id, cuhook_uninstall_report_t *report);
-/* Patch objects loaded since the last scan; returns the number of slots patched (>= 0). */
+/* Patch objects loaded since the last scan; returns the number of slots patched (>= 0), or
+ * CUHOOK_ERR_BUSY when another thread's patching did not end within 10 s (a constructor or
+ * destructor calling this while that thread waits for the loader's lock). */
 int cuhook_hooks_rescan(void);
 /* Comma-separated substrings of object paths never to patch; NULL or "" clears the list. */
 int cuhook_set_exclude(const char *list);

@@ -114,9 +114,14 @@ pub fn write_all(
     while !bytes.is_empty() {
         // SAFETY: `bytes` is a valid readable slice for its length.
         let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
-        if n >= 0 {
+        if n > 0 {
             bytes = &bytes[n as usize..];
             continue;
+        }
+        if n == 0 {
+            // Nothing taken and no error (a device or FUSE file may answer so): asking again
+            // could loop forever; drop the rest.
+            return Err(WriteError::Other(libc::EIO));
         }
         match errno() {
             libc::EINTR => {}

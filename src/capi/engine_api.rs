@@ -139,10 +139,14 @@ pub unsafe extern "C" fn cuhook_hooks_uninstall(id: u64, report: *mut CUninstall
     })
 }
 
-/// Patch objects loaded since the last scan; returns the number of slots patched.
+/// Patch objects loaded since the last scan; returns the number of slots patched. Waits at
+/// most [`hooks::API_PATIENCE`] for another thread's operation (`CUHOOK_ERR_BUSY` after): a
+/// library constructor calling this holds the loader's lock, which that operation may wait for.
 #[no_mangle]
 pub extern "C" fn cuhook_hooks_rescan() -> c_int {
-    ffi_call(|| hooks::rescan(None).map(|n| n.min(c_int::MAX as usize) as c_int))
+    ffi_call(|| {
+        hooks::rescan(Some(hooks::API_PATIENCE)).map(|n| n.min(c_int::MAX as usize) as c_int)
+    })
 }
 
 /// Set the exclude list (comma-separated object-name substrings; NULL or "" clears it).

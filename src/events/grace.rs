@@ -24,7 +24,6 @@
 #![allow(unsafe_code)]
 
 use std::sync::atomic::{compiler_fence, AtomicBool};
-use std::sync::Once;
 
 use crate::atomics::{fence, AtomicU64, Ordering};
 
@@ -41,7 +40,9 @@ loom::lazy_static! {
 /// True once `membarrier` is registered; never goes back to false. Not an atomic of the modelled
 /// protocol: under loom (and Miri) it stays false.
 static ASYMMETRIC: AtomicBool = AtomicBool::new(false);
-static MODE: Once = Once::new();
+/// Fork-safe: `init_writer` may wait on `membarrier` registration for milliseconds, and a child
+/// forked meanwhile must not wait for ever on a `std::sync::Once` (registering again is harmless).
+static MODE: crate::sys::once::ForkSafeOnce = crate::sys::once::ForkSafeOnce::new();
 
 const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;

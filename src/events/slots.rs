@@ -24,8 +24,6 @@
 //! registration of a function that lives as long as the process (see [`after_fork_child`]).
 #![allow(unsafe_code)]
 
-use std::sync::Once;
-
 use crate::atomics::{spin_loop, yield_now, Ordering};
 
 pub(crate) use super::slot::Slot;
@@ -120,8 +118,11 @@ fn outermost_slot_slow(t: &ThreadState) -> (&'static Slot, bool) {
     (slot, true)
 }
 
+/// The child handler's registration, fork-safe: with a `std::sync::Once` a child forked while
+/// another thread registered it waited for ever in its first dispatch.
+static ATFORK: crate::sys::once::ForkSafeOnce = crate::sys::once::ForkSafeOnce::new();
+
 fn claim_owned() -> Option<&'static Slot> {
-    static ATFORK: Once = Once::new();
     ATFORK.call_once(|| {
         // SAFETY: registers a plain `extern "C" fn()` that stays valid for the life of the
         // process; a failure (ENOMEM) only loses the post-fork clean-up, which is best effort.
@@ -220,6 +221,8 @@ fn thread_alive(tid: u64) -> bool {
 /// ones whose owners were mid-dispatch, which would otherwise block writers forever) and give the
 /// caller's slot its new thread id.
 extern "C" fn after_fork_child() {
+    // It runs, so it is registered: the child must not register it again.
+    ATFORK.mark_done();
     let mine = current_slot();
     for slot in SLOTS.iter() {
         if mine.is_some_and(|m| std::ptr::eq(m, slot)) {

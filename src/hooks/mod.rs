@@ -109,6 +109,8 @@ pub fn uninstall_id(id: u64) -> Result<UninstallReport> {
     engine::uninstall(id)
 }
 
+pub(crate) use engine::API_PATIENCE;
+
 /// Patch objects loaded since the last scan with every installed set, and forget objects that
 /// were unloaded (nothing is ever written to them again). Returns how many slots were patched.
 /// `patience`: how long to wait if another thread is patching (None: forever).

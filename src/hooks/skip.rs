@@ -1,7 +1,7 @@
 //! Which objects are never patched: cuhook's own object, the vDSO, the dynamic loader, and the
 //! user's exclude list.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::elf::LoadedObject;
 
@@ -20,22 +20,35 @@ pub enum SkipReason {
     Excluded,
 }
 
-static EXCLUDE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// The exclude list, replaced whole. No lock: a `fork` while another thread held one would
+/// leave the child's next install or rescan waiting for ever. Replaced lists stay allocated (a
+/// reader may be copying one), so set it at start-up, not in a loop.
+static EXCLUDE: AtomicPtr<Vec<String>> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Replace the exclude list: objects whose path contains any of these substrings are not
-/// patched by installs and rescans that start afterwards.
+/// patched by installs and rescans that start afterwards. The previous list is kept allocated
+/// (readers never wait for this call); it is meant for configuration, a few calls per process.
 pub fn set_exclude_list<I: IntoIterator<Item = S>, S: Into<String>>(patterns: I) {
     let list: Vec<String> = patterns
         .into_iter()
         .map(Into::into)
         .filter(|s: &String| !s.is_empty())
         .collect();
-    *EXCLUDE.lock().unwrap_or_else(|e| e.into_inner()) = list;
+    // Release: the list is complete before a reader can load its address.
+    EXCLUDE.store(Box::into_raw(Box::new(list)), Ordering::Release);
 }
 
 /// The current exclude list.
 pub fn exclude_list() -> Vec<String> {
-    EXCLUDE.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    let list = EXCLUDE.load(Ordering::Acquire);
+    if list.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: a pointer `set_exclude_list` published from `Box::into_raw`; lists are never freed.
+    #[allow(unsafe_code)]
+    unsafe {
+        (*list).clone()
+    }
 }
 
 /// Any address inside cuhook's own code.
@@ -67,4 +80,50 @@ pub fn skip_reason(obj: &LoadedObject, exclude: &[String]) -> Option<SkipReason>
         return Some(SkipReason::Excluded);
     }
     None
+}
+
+#[cfg(all(test, not(miri)))]
+#[allow(unsafe_code)] // fork, alarm, waitpid and _exit
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    /// Children forked while another thread replaces the exclude list read it at once. With the
+    /// list behind a mutex, a child forked while the lock was held waited for ever (the alarm
+    /// kills it): here the other thread replaces the list in a tight loop.
+    #[test]
+    fn a_child_forked_while_the_list_changes_reads_it() {
+        static STOP: AtomicBool = AtomicBool::new(false);
+        set_exclude_list(["no-such-object-0"]);
+        let setter = std::thread::spawn(|| {
+            let mut n = 0u64;
+            while !STOP.load(Ordering::Relaxed) {
+                set_exclude_list([format!("no-such-object-{}", n % 2)]);
+                n += 1;
+            }
+        });
+        let mut failed = 0;
+        for _ in 0..100 {
+            // SAFETY: the child reads the list, then _exits.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // SAFETY: a hung child is killed instead of hanging the test.
+                unsafe { libc::alarm(5) };
+                let ok = exclude_list()
+                    .first()
+                    .is_some_and(|p| p.starts_with("no-such-object-"));
+                // SAFETY: ends the child without the parent's exit handlers.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+            }
+            assert!(pid > 0);
+            let mut status = 0;
+            // SAFETY: our own child.
+            assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+            failed += !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) as u32;
+        }
+        STOP.store(true, Ordering::Relaxed);
+        setter.join().unwrap();
+        set_exclude_list(Vec::<String>::new());
+        assert_eq!(failed, 0, "children that could not read the list");
+    }
 }

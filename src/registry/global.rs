@@ -12,12 +12,10 @@
 //! unlock a lock the prepare handler took on the same thread (in the child: the copy of it).
 #![allow(unsafe_code)]
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 #[cfg(not(loom))]
-use std::sync::Once;
-
 use super::Registry;
 use crate::Result;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 #[cfg(not(loom))]
 static GLOBAL: Registry = Registry::new();
@@ -111,8 +109,10 @@ pub fn stats() -> RegistryStats {
     }
 }
 
+/// Fork-safe (a `std::sync::Once` inherited running by a child forked mid-registration would
+/// hang its first re-attach).
 #[cfg(not(loom))]
-static REGISTERED: Once = Once::new();
+static REGISTERED: crate::sys::once::ForkSafeOnce = crate::sys::once::ForkSafeOnce::new();
 
 /// Install the fork handlers (once per process).
 #[cfg(not(loom))]
@@ -135,6 +135,8 @@ pub(super) fn protect_fork() {}
 
 #[cfg(not(loom))]
 extern "C" fn prepare() {
+    // The handlers run, so they are registered: a child must not register them again.
+    REGISTERED.mark_done();
     global().hold_for_fork();
 }
 

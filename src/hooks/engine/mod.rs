@@ -84,7 +84,7 @@ static SCANNED_SUBS: AtomicU64 = AtomicU64::new(u64::MAX);
 /// How long an API call waits for another thread's operation. Bounded, so that a thread that
 /// holds the dynamic loader's lock (a library destructor calling cuhook) while another thread's
 /// operation waits for that lock gets `Busy` instead of both hanging.
-const API_PATIENCE: Duration = Duration::from_secs(10);
+pub(crate) const API_PATIENCE: Duration = Duration::from_secs(10);
 
 fn busy() -> Error {
     Error::Busy

@@ -2,11 +2,12 @@
 //! that a child never inherits the lock held by a thread that does not exist in it.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::hooks::substitution::publish;
 use crate::sys::dl::clear_error;
+use crate::sys::once::ForkSafeOnce;
 
 use super::{State, SCANNED_ADDS, SCANNED_SUBS, STATE};
 
@@ -25,6 +26,10 @@ pub(crate) struct Operation {
 
 /// The fork handlers took the patch lock (and the dlsym table's) for the fork.
 static HELD_FOR_FORK: AtomicBool = AtomicBool::new(false);
+/// The fork handlers took only the dlsym table's lock: the forking thread runs an operation
+/// (it holds the patch lock and goes on in the child), and a `dlsym` of another thread must not
+/// leave the table read-locked in the child, where the operation's end rebuilds it.
+static TABLE_HELD_FOR_FORK: AtomicBool = AtomicBool::new(false);
 /// In a child: the patch lock was inherited held by a thread that does not exist here (the
 /// fork handlers could not take it in time), so no operation can ever run.
 static ORPHANED: AtomicBool = AtomicBool::new(false);
@@ -33,40 +38,14 @@ static ORPHANED: AtomicBool = AtomicBool::new(false);
 /// that lock reaches it.
 const FORK_PATIENCE: Duration = Duration::from_secs(5);
 
-/// Fork-handler registration: [`UNREGISTERED`], [`REGISTERED`], or the pid of the process one
-/// of whose threads is registering them.
-static REGISTRATION: AtomicI32 = AtomicI32::new(UNREGISTERED);
-const UNREGISTERED: i32 = 0;
-const REGISTERED: i32 = -1;
+/// The fork handlers' registration (a fork-safe once: a `std::sync::Once` left a child forked
+/// mid-registration waiting for ever in its first operation).
+static REGISTRATION: ForkSafeOnce = ForkSafeOnce::new();
 
 /// Install the fork handlers (once per process), so that a child never inherits the patch lock
 /// held by a thread that does not exist in it.
-///
-/// Not a `std::sync::Once`: a fork while another thread ran the registration left the child
-/// with the `Once` running forever, and the child's first operation waited for it for ever
-/// (seen under qemu: 1 child in ≈ 18,000 of the fork test hung). Here a child that inherits a
-/// registration in progress (a pid not its own) registers itself; one that inherits it after
-/// `pthread_atfork` returned sees [`REGISTERED`], which `prepare_fork` stores before every
-/// fork, so the handlers are never registered twice.
 fn protect_fork() {
-    loop {
-        let seen = REGISTRATION.load(Ordering::Acquire);
-        if seen == REGISTERED {
-            return;
-        }
-        let pid = std::process::id() as i32;
-        if seen == pid {
-            // Another thread of this process is registering them now: it will not be long.
-            std::thread::yield_now();
-            continue;
-        }
-        // Unregistered, or inherited from a parent that forked in the middle: ours to do.
-        if REGISTRATION
-            .compare_exchange(seen, pid, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            continue;
-        }
+    REGISTRATION.call_once(|| {
         // SAFETY: plain `extern "C"` handlers that never unwind.
         #[allow(unsafe_code)]
         let rc = unsafe {
@@ -78,9 +57,7 @@ fn protect_fork() {
                 "pthread_atfork failed ({rc}): a fork during a hook install may leave the child unable to patch"
             );
         }
-        REGISTRATION.store(REGISTERED, Ordering::Release);
-        return;
-    }
+    });
 }
 
 /// Before a fork: wait for a running operation to end and hold the lock across the fork (the
@@ -88,8 +65,12 @@ fn protect_fork() {
 /// it lives on in the child and finishes it there.
 extern "C" fn prepare_fork() {
     // The handlers run, so they are registered: the child must not register them again.
-    REGISTRATION.store(REGISTERED, Ordering::Release);
+    REGISTRATION.mark_done();
     if IN_OPERATION.with(|f| f.get()) {
+        // The table is a leaf lock, held by readers for a few instructions: never by this
+        // thread here, and no operation but ours can be writing it.
+        crate::hooks::substitution::hold_for_fork();
+        TABLE_HELD_FOR_FORK.store(true, Ordering::Release);
         return;
     }
     let start = Instant::now();
@@ -109,6 +90,13 @@ extern "C" fn prepare_fork() {
 
 /// After a fork, in the parent: release what `prepare_fork` took.
 extern "C" fn after_fork() {
+    if TABLE_HELD_FOR_FORK.swap(false, Ordering::AcqRel) {
+        // SAFETY: `prepare_fork` took the table's lock on this thread just before the fork.
+        #[allow(unsafe_code)]
+        unsafe {
+            crate::hooks::substitution::release_after_fork()
+        };
+    }
     if HELD_FOR_FORK.swap(false, Ordering::AcqRel) {
         // SAFETY: `prepare_fork` took both locks on this thread just before the fork.
         #[allow(unsafe_code)]

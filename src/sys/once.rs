@@ -1,0 +1,127 @@
+//! One-time initialisation that a `fork` cannot wedge.
+//!
+//! `std::sync::Once` (and `spin::Once`) record "running" in memory: a child forked while another
+//! thread runs the closure inherits that state, but not the thread, and its first caller waits
+//! for ever. cuhook registers fork handlers and chooses its barrier scheme this way, from hook
+//! paths of the host's threads, so a host that forks often (a Python worker pool) hit it: one
+//! child in ≈ 18,000 hung under qemu before the engine's registration was rewritten like this.
+//!
+//! Here "running" is the pid of the process whose thread runs the closure. A caller that sees
+//! its own pid waits (a sibling thread will finish soon); one that sees another pid is in a
+//! child whose parent forked mid-way, and runs the closure itself. The closure must therefore
+//! tolerate running again after a partial run in the parent. For `pthread_atfork`
+//! registrations, where a second run would register the handlers twice, the handlers call
+//! [`ForkSafeOnce::mark_done`]: if the registration was complete enough for them to run at the
+//! fork, the child sees it done.
+
+use std::sync::atomic::{AtomicI32, Ordering};
+
+const NEW: i32 = 0;
+const DONE: i32 = -1;
+
+/// A `Once` whose in-progress state does not survive into a forked child (see the module doc).
+#[derive(Debug)]
+pub(crate) struct ForkSafeOnce(AtomicI32);
+
+impl ForkSafeOnce {
+    pub(crate) const fn new() -> ForkSafeOnce {
+        ForkSafeOnce(AtomicI32::new(NEW))
+    }
+
+    /// Run `f` unless it ran (or is running) in this process; returns once it has run.
+    pub(crate) fn call_once(&self, f: impl FnOnce()) {
+        if self.0.load(Ordering::Acquire) == DONE {
+            return;
+        }
+        self.slow(f);
+    }
+
+    #[cold]
+    fn slow(&self, f: impl FnOnce()) {
+        let pid = std::process::id() as i32;
+        loop {
+            let seen = self.0.load(Ordering::Acquire);
+            if seen == DONE {
+                return;
+            }
+            if seen == pid {
+                // A sibling thread runs it now: it will not be long.
+                std::thread::yield_now();
+                continue;
+            }
+            // Never run, or inherited running from a parent that forked mid-way: ours to run.
+            if self
+                .0
+                .compare_exchange(seen, pid, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                f();
+                self.0.store(DONE, Ordering::Release);
+                return;
+            }
+        }
+    }
+
+    /// Record it as done (from a fork handler it registered: the handlers run, so they are
+    /// registered, and a child must not register them again).
+    pub(crate) fn mark_done(&self) {
+        self.0.store(DONE, Ordering::Release);
+    }
+}
+
+#[cfg(all(test, not(miri), not(loom)))]
+#[allow(unsafe_code)] // fork, alarm, waitpid and _exit in the test
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    /// A child forked while another thread runs the closure runs it itself instead of waiting
+    /// for a thread it does not have. With `std::sync::Once` here the child hangs (the alarm
+    /// kills it).
+    #[test]
+    fn a_child_forked_mid_run_runs_it_itself() {
+        static ONCE: ForkSafeOnce = ForkSafeOnce::new();
+        static STARTED: AtomicBool = AtomicBool::new(false);
+        let runner = std::thread::spawn(|| {
+            ONCE.call_once(|| {
+                STARTED.store(true, Ordering::Release);
+                std::thread::sleep(Duration::from_millis(300));
+            })
+        });
+        while !STARTED.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        // SAFETY: the child calls only the once, alarm and _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: a hung child is killed by SIGALRM instead of hanging the test.
+            unsafe { libc::alarm(5) };
+            let mut ran = false;
+            ONCE.call_once(|| ran = true);
+            ONCE.call_once(|| ran = false);
+            // SAFETY: ends the child without the parent's exit handlers.
+            unsafe { libc::_exit(if ran { 0 } else { 1 }) };
+        }
+        assert!(pid > 0);
+        let mut status = 0;
+        // SAFETY: our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child did not run the closure (status {status:#x})"
+        );
+        runner.join().unwrap();
+        // In the parent it ran once, in the runner.
+        let mut again = false;
+        ONCE.call_once(|| again = true);
+        assert!(!again);
+    }
+
+    #[test]
+    fn marked_done_never_runs() {
+        let once = ForkSafeOnce::new();
+        once.mark_done();
+        once.call_once(|| panic!("ran after mark_done"));
+    }
+}
