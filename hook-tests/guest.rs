@@ -374,3 +374,44 @@ fn a_library_with_an_unreadable_symbol_table_is_left_unread() {
         }
     );
 }
+
+/// A child forked while another thread subscribes and unsubscribes on the process-wide list can
+/// subscribe at once: before, the list's writer lock had no fork handler, and a child that
+/// inherited it held by the other thread waited for ever (killed by its alarm).
+#[test]
+fn a_child_forked_while_another_thread_subscribes_can_subscribe() {
+    use cuhook::events::{self, mask, Callback, MemEvent};
+    use std::sync::atomic::AtomicBool;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    fn quiet(_: &MemEvent, _: usize) {}
+    static STOP: AtomicBool = AtomicBool::new(false);
+    STOP.store(false, Ordering::Relaxed);
+    let churn = std::thread::spawn(|| {
+        while !STOP.load(Ordering::Relaxed) {
+            let id = events::subscribe(mask::ALL, 0, Callback::Rust(quiet), 1).unwrap();
+            events::unsubscribe_id(id).unwrap();
+        }
+    });
+    let mut failed = 0;
+    for _ in 0..100 {
+        // SAFETY: the child subscribes, unsubscribes and _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: a hung child is killed instead of hanging the test.
+            unsafe { libc::alarm(5) };
+            let ok = events::subscribe(mask::ALL, 0, Callback::Rust(quiet), 2)
+                .and_then(events::unsubscribe_id)
+                .is_ok();
+            // SAFETY: ends the child without the parent's exit handlers.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        assert!(pid > 0, "fork failed");
+        let mut status = 0;
+        // SAFETY: our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        failed += !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) as u32;
+    }
+    STOP.store(true, Ordering::Relaxed);
+    churn.join().unwrap();
+    assert_eq!(failed, 0, "children that could not subscribe");
+}

@@ -1,18 +1,13 @@
 //! The writer locks of the lock-free structures (registry, subscriber list).
 //!
 //! Readers of both structures never lock; their writers serialise on one lock per structure.
-//! Normal builds get exactly the locks they had before this facade: `std`'s mutex for the
-//! subscriber list, and for the registry a `spin` lock whose waiters yield, which the `fork`
-//! handlers can release in the child (`force_unlock`, `registry/global.rs`). Built with
-//! `RUSTFLAGS="--cfg loom"`, both are loom's mutex, so the models (`.ci/proofs.sh`) can race
-//! two writers and loom schedules who waits. Loom builds never fork, so there `WriterLock` has no
-//! `force_unlock`.
+//! Normal builds get a `spin` lock whose waiters yield, which `fork` handlers hold across a fork
+//! and release on both sides (`force_unlock`: `registry/global.rs`, `events/subscribers.rs`; a
+//! `std` mutex cannot be released without its guard, and one inherited held hangs the child).
+//! Built with `RUSTFLAGS="--cfg loom"`, both are loom's mutex, so the models (`.ci/proofs.sh`)
+//! can race two writers and loom schedules who waits. Loom builds never fork, so there
+//! `WriterLock` has no `force_unlock`.
 #![allow(unsafe_code)]
-
-#[cfg(loom)]
-pub(crate) use loom::sync::{Mutex, MutexGuard};
-#[cfg(not(loom))]
-pub(crate) use std::sync::{Mutex, MutexGuard};
 
 /// Lock waiters yield: with few cores, spinning against a preempted holder wastes its slice.
 #[cfg(not(loom))]
@@ -25,7 +20,7 @@ impl spin::RelaxStrategy for Yield {
     }
 }
 
-/// The registry's writer lock: a spin lock that yields normally, loom's mutex under loom.
+/// A writer lock: a spin lock that yields normally, loom's mutex under loom.
 pub(crate) struct WriterLock<T> {
     #[cfg(not(loom))]
     inner: spin::mutex::Mutex<T, Yield>,

@@ -15,7 +15,7 @@
 #![allow(unsafe_code)]
 
 use crate::atomics::{atomic_array, AtomicPtr, AtomicU64, Ordering};
-use crate::locks::{Mutex, MutexGuard};
+use crate::locks::{WriterGuard, WriterLock};
 use std::num::NonZeroU64;
 use std::ptr;
 
@@ -132,7 +132,7 @@ struct ReadMostly {
 #[repr(C)]
 pub struct SubscriberList {
     read: ReadMostly,
-    writer: Mutex<ListWriter>,
+    writer: WriterLock<ListWriter>,
     pub(crate) counters: Counters,
 }
 
@@ -171,7 +171,7 @@ impl SubscriberList {
                 head: AtomicPtr::new(ptr::null_mut()),
                 live: atomic_array![AtomicU64::new(0); CAPACITY],
             },
-            writer: Mutex::new(ListWriter {
+            writer: WriterLock::new(ListWriter {
                 entries: Vec::new(),
                 retired: Vec::new(),
             }),
@@ -326,11 +326,11 @@ impl SubscriberList {
         self.read.live[i as usize % CAPACITY].load(Ordering::Relaxed)
     }
 
-    fn lock(&self) -> MutexGuard<'_, ListWriter> {
+    fn lock(&self) -> WriterGuard<'_, ListWriter> {
         grace::init_writer();
-        // A panic while holding the lock leaves `ListWriter` consistent (every mutation is a single
-        // Vec operation), so poisoning carries no information here.
-        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+        #[cfg(not(loom))]
+        protect_fork();
+        self.writer.lock()
     }
 
     /// Publishes `w.entries` as the new snapshot and retires the old one.
@@ -380,11 +380,12 @@ impl SubscriberList {
 
 impl Drop for SubscriberList {
     fn drop(&mut self) {
-        let w = self.writer.get_mut().unwrap_or_else(|p| p.into_inner());
+        let SubscriberList { read, writer, .. } = self;
+        let mut w = writer.lock();
         #[cfg(not(loom))]
-        let head = *self.read.head.get_mut();
+        let head = *read.head.get_mut();
         #[cfg(loom)]
-        let head = self.read.head.with_mut(|p| *p);
+        let head = read.head.with_mut(|p| *p);
         for p in w.retired.drain(..).map(|r| r.snapshot).chain(Some(head)) {
             if !p.is_null() {
                 // SAFETY: `&mut self` means no dispatch is in progress on this list; each
@@ -393,6 +394,53 @@ impl Drop for SubscriberList {
             }
         }
     }
+}
+
+/// The fork handlers' registration (fork-safe, see `sys::once`).
+#[cfg(not(loom))]
+static FORK_HANDLERS: crate::sys::once::ForkSafeOnce = crate::sys::once::ForkSafeOnce::new();
+
+/// Hold the process-wide list's writer lock across every `fork`, so that a child forked while
+/// another thread subscribes or unsubscribes does not inherit it held by a thread it does not
+/// have (its own subscribes then waited for ever). Safe to wait for: a writer holds the lock
+/// only for list edits, allocation and `membarrier`, never while waiting for a callback (grace
+/// periods are waited for outside it), so even a thread forking from inside a callback gets it.
+#[cfg(not(loom))]
+fn protect_fork() {
+    FORK_HANDLERS.call_once(|| {
+        // SAFETY: plain `extern "C"` handlers that never unwind.
+        #[allow(unsafe_code)]
+        let rc = unsafe {
+            libc::pthread_atfork(
+                Some(hold_for_fork),
+                Some(release_after_fork),
+                Some(release_after_fork),
+            )
+        };
+        if rc != 0 {
+            crate::log!(
+                crate::log::Level::Warn,
+                "pthread_atfork failed ({rc}): a fork during a subscribe may leave the child unable to subscribe"
+            );
+        }
+    });
+}
+
+#[cfg(not(loom))]
+extern "C" fn hold_for_fork() {
+    // The handlers run, so they are registered: a child must not register them again.
+    FORK_HANDLERS.mark_done();
+    std::mem::forget(super::subscribers().writer.lock());
+}
+
+#[cfg(not(loom))]
+extern "C" fn release_after_fork() {
+    // SAFETY: `hold_for_fork` took the lock on this thread just before the fork and forgot the
+    // guard; in the child no other thread exists to hold it.
+    #[allow(unsafe_code)]
+    unsafe {
+        super::subscribers().writer.force_unlock()
+    };
 }
 
 fn check_mask(m: u32) -> Result<()> {
