@@ -242,27 +242,51 @@ fn env_u64(name: &str) -> Option<u64> {
     })
 }
 
-/// A case runs in milliseconds (under qemu, a tenth of a second); one still running after this
-/// long is a reader that loops, or walks a corrupt count of billions, and fails the run with its
-/// replay line instead of stalling it.
-const CASE_LIMIT: Duration = Duration::from_secs(10);
+/// A case runs in milliseconds (under qemu, a tenth of a second); one that has used this much
+/// CPU is a reader that loops, or walks a corrupt count of billions, and fails the run with its
+/// replay line instead of stalling it. CPU time, not wall time: a starved run (`nice`, a loaded
+/// machine) must not trip it.
+const CASE_CPU_LIMIT: Duration = Duration::from_secs(10);
+/// A case that neither ends nor uses CPU for this long waits on something: also a hang.
+const CASE_WALL_LIMIT: Duration = Duration::from_secs(300);
 
-/// A thread told each case as it starts; if none starts within [`CASE_LIMIT`], it names the
-/// running one and aborts the process. It ends when the sender is dropped.
+/// CPU time of the whole process (the fuzzing thread; the watchdog sleeps).
+fn process_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer for one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// A thread told each case as it starts; when one has run past [`CASE_CPU_LIMIT`] of CPU or
+/// [`CASE_WALL_LIMIT`], it names it and aborts the process. It ends when the sender is dropped.
 fn watchdog(seed: u64) -> std::sync::mpsc::Sender<u64> {
+    use std::sync::mpsc::RecvTimeoutError;
     let (tx, rx) = std::sync::mpsc::channel::<u64>();
     std::thread::spawn(move || {
-        let mut running = None;
+        let mut running: Option<(u64, Duration, Instant)> = None;
         loop {
-            match rx.recv_timeout(CASE_LIMIT) {
-                Ok(case) => running = Some(case),
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    if let Some(case) = running {
-                        eprintln!(
-                            "elf_fuzz: a case ran over {} s (a reader loops?): replay with \
-                             CUHOOK_FUZZ_SEED={seed:#x} CUHOOK_FUZZ_CASE={case}",
-                            CASE_LIMIT.as_secs()
+            match rx.recv_timeout(Duration::from_secs(1)) {
+                Ok(case) => running = Some((case, process_cpu(), Instant::now())),
+                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => {
+                    let Some((case, cpu, wall)) = running else {
+                        continue;
+                    };
+                    let (cpu, wall) = (process_cpu() - cpu, wall.elapsed());
+                    if cpu > CASE_CPU_LIMIT || wall > CASE_WALL_LIMIT {
+                        // Straight to the descriptor: the test harness captures `eprintln!`
+                        // (in this thread too) and would lose it in the abort.
+                        use std::io::Write;
+                        let _ = writeln!(
+                            std::io::stderr(),
+                            "elf_fuzz: a case ran {:.1} s of CPU, {:.1} s in all (a reader \
+                             loops?): replay with CUHOOK_FUZZ_SEED={seed:#x} CUHOOK_FUZZ_CASE={case}",
+                            cpu.as_secs_f64(),
+                            wall.as_secs_f64()
                         );
                         std::process::abort();
                     }
