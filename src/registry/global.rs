@@ -12,7 +12,6 @@
 //! unlock a lock the prepare handler took on the same thread (in the child: the copy of it).
 #![allow(unsafe_code)]
 
-#[cfg(not(loom))]
 use super::Registry;
 use crate::Result;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
