@@ -14,8 +14,14 @@ pub const MAX_DEPTH: usize = 8;
 pub const MAX_DEPTH: usize = 2;
 
 pub(super) const FREE: u64 = 0;
-/// Owner value of a spare slot while lent.
-pub(super) const LENT: u64 = u64::MAX;
+/// Owner value of a spare slot while lent, or-ed with the borrower's thread id (`LENT | tid`;
+/// thread ids fit in 32 bits), so that a borrower that died inside a callback can be found.
+pub(super) const LENT: u64 = 1 << 63;
+
+/// The borrower's thread id, if `owner` marks a lent spare.
+pub(super) fn lent_to(owner: u64) -> Option<u64> {
+    (owner & !0xffff_ffff == LENT).then_some(owner & 0xffff_ffff)
+}
 /// Owner value while a dead thread's slot is being cleared.
 pub(super) const RECLAIMING: u64 = u64::MAX - 1;
 
@@ -23,7 +29,8 @@ pub(super) const RECLAIMING: u64 = u64::MAX - 1;
 /// adjacent line that the spatial prefetcher pulls in with it).
 #[repr(C, align(128))]
 pub(crate) struct Slot {
-    /// `FREE`, `LENT`, `RECLAIMING`, or the owner's kernel thread id. Written only on claim/reclaim.
+    /// `FREE`, `LENT | borrower`, `RECLAIMING`, or the owner's kernel thread id. Written only on
+    /// claim, lend, return and reclaim.
     pub(super) owner: AtomicU64,
     /// Global epoch read when the thread entered its outermost dispatch; 0 outside dispatch.
     pub(crate) epoch: AtomicU64,

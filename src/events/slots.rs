@@ -12,7 +12,9 @@
 //!
 //! A thread that finds every owned slot taken by a live thread borrows one of `SPARE` slots for
 //! the length of each outermost dispatch (a shared CAS: slower, still correct). If all spares
-//! are lent, it waits for one; a borrower that died inside a callback would keep its spare.
+//! are lent, it waits for one. A lent slot records its borrower's thread id, so the spare of a
+//! borrower that died inside a callback is reclaimed like an owned slot (before, it stayed lent
+//! for ever, and an `unsubscribe` of that callback waited for it for ever).
 //!
 //! After `fork`, the child holds only the forking thread: a `pthread_atfork` child handler frees
 //! every other slot (their owners do not exist there) and re-stamps the caller's with its new id.
@@ -28,7 +30,7 @@ use crate::atomics::{spin_loop, yield_now, Ordering};
 
 pub(crate) use super::slot::Slot;
 pub use super::slot::MAX_DEPTH;
-use super::slot::{FREE, LENT, RECLAIMING};
+use super::slot::{lent_to, FREE, LENT, RECLAIMING};
 use super::thread::{ThreadState, THREAD};
 
 /// All slots. 512 × 128 bytes = 64 KiB of zero-initialised memory, touched only as used.
@@ -150,19 +152,26 @@ fn claim_owned() -> Option<&'static Slot> {
 /// Borrows a spare slot; spins only while every spare is lent to a thread that is dispatching,
 /// which ends when those dispatches return.
 fn borrow_spare() -> &'static Slot {
+    let lent = LENT | gettid();
     let mut spins = 0u32;
     loop {
         for slot in &SLOTS[OWNED..] {
             if slot.owner.load(Ordering::Relaxed) == FREE
                 && slot
                     .owner
-                    .compare_exchange(FREE, LENT, Ordering::AcqRel, Ordering::Relaxed)
+                    .compare_exchange(FREE, lent, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
             {
                 return slot;
             }
         }
         backoff(&mut spins);
+        // A borrower that died inside a callback never gives its spare back.
+        if spins.is_multiple_of(4096) {
+            SLOTS[OWNED..].iter().for_each(|s| {
+                reclaim_if_dead(s);
+            });
+        }
     }
 }
 
@@ -177,7 +186,7 @@ fn reclaim_dead() {
 /// announcements set). Returns whether it did.
 pub(crate) fn reclaim_if_dead(slot: &Slot) -> bool {
     let owner = slot.owner.load(Ordering::Acquire);
-    if owner == FREE || owner == LENT || owner == RECLAIMING || thread_alive(owner) {
+    if owner == FREE || owner == RECLAIMING || thread_alive(lent_to(owner).unwrap_or(owner)) {
         return false;
     }
     if slot
@@ -226,9 +235,10 @@ extern "C" fn after_fork_child() {
     let mine = current_slot();
     for slot in SLOTS.iter() {
         if mine.is_some_and(|m| std::ptr::eq(m, slot)) {
-            if slot.owner.load(Ordering::Relaxed) != LENT {
-                slot.owner.store(gettid(), Ordering::Relaxed);
-            }
+            let lent = lent_to(slot.owner.load(Ordering::Relaxed)).is_some();
+            let tid = gettid();
+            slot.owner
+                .store(if lent { LENT | tid } else { tid }, Ordering::Relaxed);
         } else {
             slot.clear();
             slot.owner.store(FREE, Ordering::Relaxed);

@@ -416,3 +416,47 @@ fn fork_child_keeps_its_slot_and_does_not_wait_for_threads_of_the_parent() {
         "child status {status:#x} (exit 3: its own slot was taken for a dead thread's; SIGALRM: hung)"
     );
 }
+
+/// A thread that borrowed a spare slot and died inside a callback leaves its announcement set
+/// for ever. `unsubscribe` of that callback must not wait for it: the spare records its
+/// borrower, whom the liveness check finds dead (before, a lent spare was never reclaimed and
+/// this waited for ever). The dead borrower is staged: a spare marked lent to an exited thread,
+/// announcing a call of the subscription.
+#[test]
+#[cfg_attr(miri, ignore = "needs tgkill, which Miri does not have")]
+fn unsubscribe_does_not_wait_for_a_borrower_that_died_in_a_callback() {
+    use crate::events::slot::LENT;
+    use crate::events::slots::{SLOTS, SLOT_COUNT};
+    let list = leak(SubscriberList::new());
+    let id = list
+        .subscribe(mask::ALL, 0, Callback::Rust(record_other), 0)
+        .unwrap();
+    // SAFETY: gettid takes no arguments.
+    let dead = thread::spawn(|| unsafe { libc::syscall(libc::SYS_gettid) } as u64)
+        .join()
+        .unwrap();
+    let spare = SLOTS[SLOT_COUNT - 16..]
+        .iter()
+        .find(|s| {
+            s.owner
+                .compare_exchange(0, LENT | dead, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        })
+        .expect("a free spare slot");
+    spare.active[0].store(id.0.get() << 8 | u64::from(mask::ALL), Ordering::Release);
+    let unsubscribe = thread::spawn(move || list.unsubscribe_id(id));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !unsubscribe.is_finished() && std::time::Instant::now() < deadline {
+        thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        unsubscribe.is_finished(),
+        "unsubscribe still waits for the dead borrower after 30 s"
+    );
+    unsubscribe.join().unwrap().unwrap();
+    assert_eq!(
+        spare.owner.load(Ordering::Acquire),
+        0,
+        "the spare was not reclaimed"
+    );
+}
