@@ -158,7 +158,8 @@ int cuhook_hooks_uninstall(uint64_t id, cuhook_uninstall_report_t *report);
  * CUHOOK_ERR_BUSY when another thread's patching did not end within 10 s (a constructor or
  * destructor calling this while that thread waits for the loader's lock). */
 int cuhook_hooks_rescan(void);
-/* Comma-separated substrings of object paths never to patch; NULL or "" clears the list. */
+/* Comma-separated substrings of object paths never to patch; NULL or "" clears the list.
+ * Configuration: each replaced list stays allocated (readers never lock), so not in a loop. */
 int cuhook_set_exclude(const char *list);
 /* Copy up to `capacity` patched slots into `out`; returns how many exist. */
 ptrdiff_t cuhook_patched_slots(cuhook_slot_info_t *out, size_t capacity);
