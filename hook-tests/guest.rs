@@ -392,25 +392,15 @@ fn a_child_forked_while_another_thread_subscribes_can_subscribe() {
             events::unsubscribe_id(id).unwrap();
         }
     });
-    let mut failed = 0;
-    for _ in 0..100 {
-        // SAFETY: the child subscribes, unsubscribes and _exits.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            // SAFETY: a hung child is killed instead of hanging the test.
-            unsafe { libc::alarm(5) };
-            let ok = events::subscribe(mask::ALL, 0, Callback::Rust(quiet), 2)
-                .and_then(events::unsubscribe_id)
-                .is_ok();
-            // SAFETY: ends the child without the parent's exit handlers.
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
-        }
-        assert!(pid > 0, "fork failed");
-        let mut status = 0;
-        // SAFETY: our own child.
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        failed += !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) as u32;
-    }
+    let failed = (0..100)
+        .filter(|_| {
+            !cuhook_fixtures::forked(5, || {
+                events::subscribe(mask::ALL, 0, Callback::Rust(quiet), 2)
+                    .and_then(events::unsubscribe_id)
+                    .is_ok()
+            })
+        })
+        .count();
     STOP.store(true, Ordering::Relaxed);
     churn.join().unwrap();
     assert_eq!(failed, 0, "children that could not subscribe");

@@ -509,21 +509,13 @@ mod tests {
 
     /// Run `check` in a forked child; fail with `what` unless it passes there.
     fn in_child(check: fn(), what: &str) {
-        // SAFETY: the child runs the check and leaves with _exit, never returning.
-        unsafe {
-            let pid = libc::fork();
-            assert!(pid >= 0);
-            if pid == 0 {
-                let ok = std::panic::catch_unwind(check).is_ok();
-                libc::_exit(if ok { 0 } else { 1 });
-            }
-            let mut status = 0;
-            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
-            assert!(
-                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-                "{what} (its panic is printed above)"
-            );
-        }
+        assert!(
+            cuhook_fixtures::forked(60, || {
+                check();
+                true
+            }),
+            "{what} (its panic is printed above)"
+        );
     }
 
     /// Threads that open the kept descriptor for the first time together each get one that

@@ -83,7 +83,6 @@ pub fn skip_reason(obj: &LoadedObject, exclude: &[String]) -> Option<SkipReason>
 }
 
 #[cfg(all(test, not(miri)))]
-#[allow(unsafe_code)] // fork, alarm, waitpid and _exit
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
@@ -102,25 +101,15 @@ mod tests {
                 n += 1;
             }
         });
-        let mut failed = 0;
-        for _ in 0..100 {
-            // SAFETY: the child reads the list, then _exits.
-            let pid = unsafe { libc::fork() };
-            if pid == 0 {
-                // SAFETY: a hung child is killed instead of hanging the test.
-                unsafe { libc::alarm(5) };
-                let ok = exclude_list()
-                    .first()
-                    .is_some_and(|p| p.starts_with("no-such-object-"));
-                // SAFETY: ends the child without the parent's exit handlers.
-                unsafe { libc::_exit(if ok { 0 } else { 1 }) };
-            }
-            assert!(pid > 0);
-            let mut status = 0;
-            // SAFETY: our own child.
-            assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-            failed += !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) as u32;
-        }
+        let failed = (0..100)
+            .filter(|_| {
+                !cuhook_fixtures::forked(5, || {
+                    exclude_list()
+                        .first()
+                        .is_some_and(|p| p.starts_with("no-such-object-"))
+                })
+            })
+            .count();
         STOP.store(true, Ordering::Relaxed);
         setter.join().unwrap();
         set_exclude_list(Vec::<String>::new());

@@ -70,7 +70,6 @@ impl ForkSafeOnce {
 }
 
 #[cfg(all(test, not(miri), not(loom)))]
-#[allow(unsafe_code)] // fork, alarm, waitpid and _exit in the test
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
@@ -92,25 +91,13 @@ mod tests {
         while !STARTED.load(Ordering::Acquire) {
             std::thread::yield_now();
         }
-        // SAFETY: the child calls only the once, alarm and _exit.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            // SAFETY: a hung child is killed by SIGALRM instead of hanging the test.
-            unsafe { libc::alarm(5) };
+        let child_ran_it = cuhook_fixtures::forked(5, || {
             let mut ran = false;
             ONCE.call_once(|| ran = true);
             ONCE.call_once(|| ran = false);
-            // SAFETY: ends the child without the parent's exit handlers.
-            unsafe { libc::_exit(if ran { 0 } else { 1 }) };
-        }
-        assert!(pid > 0);
-        let mut status = 0;
-        // SAFETY: our own child.
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "the child did not run the closure (status {status:#x})"
-        );
+            ran
+        });
+        assert!(child_ran_it, "the child did not run the closure (or hung)");
         runner.join().unwrap();
         // In the parent it ran once, in the runner.
         let mut again = false;
