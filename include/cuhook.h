@@ -91,7 +91,8 @@ typedef struct cuhook_mem_info {
 typedef void (*cuhook_event_callback_t)(int event, const cuhook_mem_event_t *ev, void *arg);
 
 /* Subscribe; lower priority runs first, equal priorities in subscription order. Installs the
- * hooks unless CUHOOK_EVENT_FLAG_NO_INSTALL is given. */
+ * hooks unless CUHOOK_EVENT_FLAG_NO_INSTALL is given. The callback runs inside the host's CUDA
+ * call: it must return normally (a C++ exception or longjmp out of it is undefined behaviour). */
 int cuhook_set_event_handler(int events, int priority, cuhook_event_callback_t cb, void *arg);
 /* Unsubscribe; when it returns, `cb` runs on no thread and will never be called again. */
 int cuhook_unset_event_handler(int events, cuhook_event_callback_t cb, void *arg);

@@ -36,11 +36,12 @@ pub fn hook_set() -> Result<HookSet> {
     HookSet::new(SET_NAME, hooks)
 }
 
-/// Install the CUDA hooks and the registry (the registry subscribes first, so every later
-/// subscriber can already look up the range an event names).
+/// Install the CUDA hooks and attach the registry (kept current by the hooks, before any
+/// subscriber sees an event). When the last installation of the CUDA set is uninstalled, the
+/// registry is detached and emptied: no hook sees frees any more, so it could only go stale.
 pub fn install() -> Result<Installation> {
     crate::registry::attach()?;
-    hooks::install(&hook_set()?)
+    Ok(hooks::install(&hook_set()?)?.on_last_uninstall(crate::registry::detach))
 }
 
 /// The process-wide installation made by the constructor or the C API (0: none).
@@ -72,7 +73,11 @@ pub fn uninstall_global() -> Result<hooks::UninstallReport> {
     if id == 0 {
         return Err(crate::Error::NotInstalled);
     }
-    let report = hooks::uninstall_id(id);
-    crate::registry::detach();
-    report
+    let report = hooks::uninstall_id(id)?;
+    // Another installation of the CUDA set (a Rust `install`) keeps the hooks, and so the
+    // registry, current.
+    if !report.still_referenced {
+        crate::registry::detach();
+    }
+    Ok(report)
 }

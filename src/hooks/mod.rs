@@ -68,6 +68,10 @@ use crate::Result;
 pub struct Installation {
     id: u64,
     active: bool,
+    /// Called once the set is uninstalled for good (not when other installations still hold
+    /// it): what an installer above this layer must undo with it (the CUDA install detaches the
+    /// registry, which no hook keeps current any more).
+    on_last_uninstall: Option<fn()>,
 }
 
 impl Installation {
@@ -80,7 +84,19 @@ impl Installation {
     /// are left alone and reported).
     pub fn uninstall(mut self) -> Result<UninstallReport> {
         self.active = false;
-        engine::uninstall(self.id)
+        let report = engine::uninstall(self.id);
+        if let (Ok(r), Some(f)) = (&report, self.on_last_uninstall) {
+            if !r.still_referenced {
+                f();
+            }
+        }
+        report
+    }
+
+    /// Run `f` when this installation's uninstall removes the set for good.
+    pub(crate) fn on_last_uninstall(mut self, f: fn()) -> Self {
+        self.on_last_uninstall = Some(f);
+        self
     }
 
     /// Keep the hooks installed for the rest of the process; returns the id.
@@ -93,7 +109,13 @@ impl Installation {
 impl Drop for Installation {
     fn drop(&mut self) {
         if self.active {
-            let _ = engine::uninstall(self.id);
+            self.active = false;
+            let installation = Installation {
+                id: self.id,
+                active: false,
+                on_last_uninstall: self.on_last_uninstall,
+            };
+            let _ = installation.uninstall();
         }
     }
 }
@@ -101,7 +123,11 @@ impl Drop for Installation {
 /// Install `set` into every loaded object (except cuhook's own object, the vDSO, the loader and
 /// excluded objects). Installing a set equal to an installed one only adds a reference.
 pub fn install(set: &HookSet) -> Result<Installation> {
-    engine::install(set, interpose::dl_hook_set).map(|id| Installation { id, active: true })
+    engine::install(set, interpose::dl_hook_set).map(|id| Installation {
+        id,
+        active: true,
+        on_last_uninstall: None,
+    })
 }
 
 /// Uninstall by id (for C callers that keep ids rather than guards).

@@ -47,14 +47,17 @@ pub fn attached() -> bool {
 pub fn attach() -> Result<()> {
     if !ATTACHED.swap(true, Ordering::AcqRel) {
         protect_fork();
+        GLOBAL.reopen();
     }
     Ok(())
 }
 
-/// Stop keeping [`global`] current and drop what it holds (see [`forget_all`]).
+/// Stop keeping [`global`] current and drop what it holds (see [`forget_all`]). The registry
+/// also refuses inserts from then on, under its lock: a hook that saw it attached just before
+/// cannot put a range back after the clear (it would have stayed for good, its free unseen).
 pub fn detach() {
     ATTACHED.store(false, Ordering::Release);
-    forget_all();
+    GLOBAL.close();
 }
 
 /// Drop every registered range without events. Called when the hooks are uninstalled: from then

@@ -32,6 +32,10 @@ pub(super) struct Writer {
     pub(super) leaf: Option<(usize, Ptr<Table>)>,
     /// The level-1 table readers may start from (`ReadSide::hint`), set when one is linked.
     pub(super) hint: Option<Ptr<Table>>,
+    /// Whether inserts are taken. Cleared together with the table by [`Registry::close`], under
+    /// this lock, so that an insert racing with it (a hook that saw the registry attached just
+    /// before the uninstall) cannot land after the clear and stay for good.
+    open: bool,
 }
 
 // SAFETY: the writer owns its top table and slabs like a `Box` and `Vec`s of `Sync` elements; it
@@ -101,6 +105,7 @@ impl Writer {
             granule: Vec::new(),
             leaf: None,
             hint: None,
+            open: true,
         }
     }
 
@@ -249,6 +254,9 @@ impl Registry {
         a.size = last - a.start + 1;
         let mut guard = self.writer.lock();
         let w = &mut *guard;
+        if !w.open {
+            return InsertOutcome::default();
+        }
         w.next_seq += 1;
         a.seq = w.next_seq;
         let top = w.top(self);
@@ -374,11 +382,28 @@ impl Registry {
         n
     }
 
+    /// Drops every range and refuses inserts until [`Self::reopen`], in one step under the
+    /// writer lock (the hooks that keep it current were removed: an insert still in flight must
+    /// not land after the clear). Returns how many ranges were dropped.
+    pub fn close(&self) -> usize {
+        let mut guard = self.writer.lock();
+        guard.open = false;
+        self.clear_locked(&mut guard)
+    }
+
+    /// Takes inserts again after [`Self::close`].
+    pub fn reopen(&self) {
+        self.writer.lock().open = true;
+    }
+
     /// Drops every range at once, without events (what the registry knows stopped being true:
     /// the hooks that keep it current were removed). Returns how many were dropped.
     pub fn clear(&self) -> usize {
         let mut guard = self.writer.lock();
-        let w = &mut *guard;
+        self.clear_locked(&mut guard)
+    }
+
+    fn clear_locked(&self, w: &mut Writer) -> usize {
         let Some(top) = w.top_if_any(self) else {
             return 0;
         };

@@ -208,17 +208,22 @@ fn after_open(handle: *mut c_void, depth: &DepthGuard) {
 }
 
 /// Open as the caller would have, then patch what was loaded; a panic in our part falls back to
-/// the plain call. `namespace` is the `dlmopen` namespace (`LM_ID_BASE` for `dlopen`).
+/// the plain call (or, after the open, to its result). `namespace` is the `dlmopen` namespace
+/// (`LM_ID_BASE` for `dlopen`).
 fn open_and_patch(
     caller: usize,
     file: *const c_char,
     namespace: c_long,
     open: &dyn Fn(*const c_char, c_int) -> *mut c_void,
 ) -> *mut c_void {
+    // Kept outside the guard: after a panic in our part, a library already opened is handed
+    // out as it is, never opened a second time (that leaked a reference for good).
+    let opened = std::cell::Cell::new(None);
     guarded(
         || {
             let depth = DepthGuard::enter();
             let handle = open_as_caller(caller, file, open);
+            opened.set(Some(handle));
             after_open(handle, &depth);
             if !handle.is_null() && namespace != libc::LM_ID_BASE {
                 // SAFETY: the handle the real dlmopen just returned, not yet handed out.
@@ -230,7 +235,7 @@ fn open_and_patch(
             }
             handle
         },
-        || open(file, 0),
+        || opened.get().unwrap_or_else(|| open(file, 0)),
     )
 }
 

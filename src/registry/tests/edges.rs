@@ -330,3 +330,21 @@ fn registry_grows_and_shrinks_without_leaks() {
     assert!(r.is_empty());
     r.check();
 }
+
+/// `close` empties the registry and refuses inserts under the writer lock, so an insert racing
+/// with the uninstall that closes it (a hook that saw the registry attached just before) cannot
+/// land after the clear and stay for good; `reopen` takes inserts again.
+#[test]
+fn registry_closed_refuses_inserts_until_reopened() {
+    let r = Registry::new();
+    r.insert(alloc(0x10_0000, 0x1000, 1));
+    assert_eq!(r.close(), 1);
+    assert!(r.is_empty());
+    let refused = r.insert(alloc(0x20_0000, 0x1000, 2));
+    assert_eq!(refused.seq, None);
+    assert_eq!(r.lookup(0x20_0000), None);
+    r.reopen();
+    assert!(r.insert(alloc(0x20_0000, 0x1000, 2)).seq.is_some());
+    assert!(r.lookup(0x20_0000).is_some());
+    r.check();
+}
