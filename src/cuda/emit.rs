@@ -12,6 +12,7 @@
 //! size 0; likewise an unmap of a span the registry holds nothing of.
 
 use std::ffi::CStr;
+use std::mem::ManuallyDrop;
 
 use crate::events::{self, flags, EventKind, MemEvent, MemType};
 use crate::registry::{self, Allocation};
@@ -31,6 +32,11 @@ pub enum Pending {
     /// A free of an unknown pointer (size 0) or an unmap of a span starting in no known mapping,
     /// to announce once the real call succeeded.
     Unknown(MemEvent),
+    /// A teardown's ranges, announced freed and removed; if the teardown fails they are put back
+    /// and announced again (flagged EXISTING), like a refused free. `ManuallyDrop` keeps drop
+    /// glue off every hook's `Pending` (≈ 60 instructions per alloc+free pair); `settle` drops
+    /// the list (a panic before it would leak it).
+    Purged(ManuallyDrop<Vec<Allocation>>),
 }
 
 /// Announce an allocation that succeeded. Inlined into the allocation hooks (the hot path); the
@@ -179,17 +185,23 @@ fn free_event(
 }
 
 /// Teardown: remove every range matching `pred` and announce a free for each (VMM mappings
-/// survive context teardown and are never purged).
+/// survive context teardown and are never purged). They are kept in the returned pending
+/// value: a teardown the driver refuses (a primary context passed to `cuCtxDestroy`) frees
+/// nothing, and they go back.
 pub fn purge_before(api: &'static CStr, pred: impl Fn(&Allocation) -> bool) -> Pending {
     query::contexts_changed();
     if registry::global().is_empty() {
         return Pending::Nothing;
     }
+    let mut purged = Vec::new();
     registry::global().purge(
         |a| a.flags & flags::VMM == 0 && pred(a),
-        |a| events::dispatch(&free_event(api, &a, a.start, a.size, flags::PURGED, 0)),
+        |a| {
+            events::dispatch(&free_event(api, &a, a.start, a.size, flags::PURGED, 0));
+            purged.push(a);
+        },
     );
-    Pending::Nothing
+    Pending::Purged(ManuallyDrop::new(purged))
 }
 
 /// Announce a module or library global whose address the driver just handed out, once: a
@@ -271,8 +283,9 @@ pub fn unload_before(api: &'static CStr, owner: usize) -> Pending {
     Pending::Nothing
 }
 
-/// Finish after the real call (inlined: on the hot path it is a match that does nothing).
-#[inline]
+/// Finish after the real call (inlined: on the hot path it is a match that does nothing;
+/// without `always` the compiler stopped inlining it once it had five arms).
+#[inline(always)]
 pub fn settle(pending: Pending, ok: bool) {
     match pending {
         Pending::Nothing => {}
@@ -302,6 +315,7 @@ pub fn settle(pending: Pending, ok: bool) {
                 events::dispatch(&ev);
             }
         }
+        Pending::Purged(ranges) => purged(ManuallyDrop::into_inner(ranges), ok),
     }
 }
 
@@ -309,6 +323,16 @@ pub fn settle(pending: Pending, ok: bool) {
 fn unmapped(ev: &MemEvent) {
     if ev.flags & flags::VMM != 0 && ev.size != 0 && registry::attached() {
         registry::global().remove(ev.address, ev.size);
+    }
+}
+
+/// After a teardown: its ranges go back if the driver refused it. Out of line, so `settle` stays
+/// small enough to be inlined into every hook.
+#[cold]
+#[inline(never)]
+fn purged(ranges: Vec<Allocation>, ok: bool) {
+    if !ok {
+        ranges.iter().for_each(refused);
     }
 }
 
