@@ -83,6 +83,10 @@ impl Installation {
     /// Put back every slot this set patched (compare-and-swap: slots re-patched by someone else
     /// are left alone and reported).
     pub fn uninstall(mut self) -> Result<UninstallReport> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<UninstallReport> {
         self.active = false;
         let report = engine::uninstall(self.id);
         if let (Ok(r), Some(f)) = (&report, self.on_last_uninstall) {
@@ -109,13 +113,7 @@ impl Installation {
 impl Drop for Installation {
     fn drop(&mut self) {
         if self.active {
-            self.active = false;
-            let installation = Installation {
-                id: self.id,
-                active: false,
-                on_last_uninstall: self.on_last_uninstall,
-            };
-            let _ = installation.uninstall();
+            let _ = self.finish();
         }
     }
 }

@@ -45,9 +45,8 @@ pub fn attached() -> bool {
 /// The registry is not a subscriber: being updated in the hook itself costs no dispatch, and a
 /// process with no other subscriber pays nothing for events at all.
 pub fn attach() -> Result<()> {
-    if !ATTACHED.swap(true, Ordering::AcqRel) {
+    if !GLOBAL.set_open(&ATTACHED, true) {
         protect_fork();
-        GLOBAL.reopen();
     }
     Ok(())
 }
@@ -56,8 +55,7 @@ pub fn attach() -> Result<()> {
 /// also refuses inserts from then on, under its lock: a hook that saw it attached just before
 /// cannot put a range back after the clear (it would have stayed for good, its free unseen).
 pub fn detach() {
-    ATTACHED.store(false, Ordering::Release);
-    GLOBAL.close();
+    GLOBAL.set_open(&ATTACHED, false);
 }
 
 /// Drop every registered range without events. Called when the hooks are uninstalled: from then

@@ -382,18 +382,19 @@ impl Registry {
         n
     }
 
-    /// Drops every range and refuses inserts until [`Self::reopen`], in one step under the
-    /// writer lock (the hooks that keep it current were removed: an insert still in flight must
-    /// not land after the clear). Returns how many ranges were dropped.
-    pub fn close(&self) -> usize {
+    /// Opens (takes inserts) or closes (drops every range and refuses inserts) the registry,
+    /// storing `open` into `flag` in the same step under the writer lock, and returns the flag's
+    /// previous value. The process-wide registry's attached flag goes through here, so that an
+    /// insert racing with a detach cannot land after the clear (it would stay for good, its free
+    /// unseen), and an attach racing with a detach cannot leave it attached but closed.
+    pub fn set_open(&self, flag: &core::sync::atomic::AtomicBool, open: bool) -> bool {
         let mut guard = self.writer.lock();
-        guard.open = false;
-        self.clear_locked(&mut guard)
-    }
-
-    /// Takes inserts again after [`Self::close`].
-    pub fn reopen(&self) {
-        self.writer.lock().open = true;
+        let was = flag.swap(open, core::sync::atomic::Ordering::AcqRel);
+        guard.open = open;
+        if !open {
+            self.clear_locked(&mut guard);
+        }
+        was
     }
 
     /// Drops every range at once, without events (what the registry knows stopped being true:

@@ -331,19 +331,21 @@ fn registry_grows_and_shrinks_without_leaks() {
     r.check();
 }
 
-/// `close` empties the registry and refuses inserts under the writer lock, so an insert racing
+/// Closing empties the registry and refuses inserts under the writer lock, so an insert racing
 /// with the uninstall that closes it (a hook that saw the registry attached just before) cannot
-/// land after the clear and stay for good; `reopen` takes inserts again.
+/// land after the clear and stay for good; opening takes inserts again. The flag moves with it.
 #[test]
 fn registry_closed_refuses_inserts_until_reopened() {
+    use core::sync::atomic::{AtomicBool, Ordering};
     let r = Registry::new();
+    let attached = AtomicBool::new(true);
     r.insert(alloc(0x10_0000, 0x1000, 1));
-    assert_eq!(r.close(), 1);
+    assert!(r.set_open(&attached, false), "was attached");
+    assert!(!attached.load(Ordering::Acquire));
     assert!(r.is_empty());
-    let refused = r.insert(alloc(0x20_0000, 0x1000, 2));
-    assert_eq!(refused.seq, None);
+    assert_eq!(r.insert(alloc(0x20_0000, 0x1000, 2)).seq, None);
     assert_eq!(r.lookup(0x20_0000), None);
-    r.reopen();
+    assert!(!r.set_open(&attached, true), "was detached");
     assert!(r.insert(alloc(0x20_0000, 0x1000, 2)).seq.is_some());
     assert!(r.lookup(0x20_0000).is_some());
     r.check();
