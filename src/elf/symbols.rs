@@ -123,9 +123,7 @@ pub(crate) fn wanted_indexes(
         }
         for name in names {
             let named = |index: usize| {
-                t.sym_addr(index)
-                    .and_then(|a| img.read::<Sym>(a))
-                    .and_then(|sym| t.string(img, sym.st_name as usize))
+                symbol(index).and_then(|sym| t.string(img, sym.st_name as usize))
                     == Some(name.as_slice())
             };
             if walk_gnu(img, at, name, |index| named(index) && take(index)) {

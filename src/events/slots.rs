@@ -125,11 +125,13 @@ fn outermost_slot_slow(t: &ThreadState) -> (&'static Slot, bool) {
 static ATFORK: crate::sys::once::ForkSafeOnce = crate::sys::once::ForkSafeOnce::new();
 
 fn claim_owned() -> Option<&'static Slot> {
-    ATFORK.call_once(|| {
-        // SAFETY: registers a plain `extern "C" fn()` that stays valid for the life of the
-        // process; a failure (ENOMEM) only loses the post-fork clean-up, which is best effort.
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
-    });
+    // A failed registration (ENOMEM) only loses the post-fork clean-up, which is best effort.
+    ATFORK.register_fork_handlers(
+        None,
+        None,
+        Some(after_fork_child),
+        "a forked child keeps its parent's event slots",
+    );
     let me = gettid();
     for pass in 0..2 {
         for slot in &SLOTS[..OWNED] {

@@ -407,23 +407,12 @@ static FORK_HANDLERS: crate::sys::once::ForkSafeOnce = crate::sys::once::ForkSaf
 /// periods are waited for outside it), so even a thread forking from inside a callback gets it.
 #[cfg(not(loom))]
 fn protect_fork() {
-    FORK_HANDLERS.call_once(|| {
-        // SAFETY: plain `extern "C"` handlers that never unwind.
-        #[allow(unsafe_code)]
-        let rc = unsafe {
-            libc::pthread_atfork(
-                Some(hold_for_fork),
-                Some(release_after_fork),
-                Some(release_after_fork),
-            )
-        };
-        if rc != 0 {
-            crate::log!(
-                crate::log::Level::Warn,
-                "pthread_atfork failed ({rc}): a fork during a subscribe may leave the child unable to subscribe"
-            );
-        }
-    });
+    FORK_HANDLERS.register_fork_handlers(
+        Some(hold_for_fork),
+        Some(release_after_fork),
+        Some(release_after_fork),
+        "a fork during a subscribe may leave the child unable to subscribe",
+    );
 }
 
 #[cfg(not(loom))]

@@ -117,16 +117,12 @@ static REGISTERED: crate::sys::once::ForkSafeOnce = crate::sys::once::ForkSafeOn
 /// Install the fork handlers (once per process).
 #[cfg(not(loom))]
 pub(super) fn protect_fork() {
-    REGISTERED.call_once(|| {
-        // SAFETY: the handlers are plain `extern "C"` functions that never unwind.
-        let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release)) };
-        if rc != 0 {
-            crate::log!(
-                crate::log::Level::Warn,
-                "pthread_atfork failed ({rc}): a fork during a hooked allocation may hang the child"
-            );
-        }
-    });
+    REGISTERED.register_fork_handlers(
+        Some(prepare),
+        Some(release),
+        Some(release),
+        "a fork during a hooked allocation may hang the child",
+    );
 }
 
 /// Loom builds never fork (and loom's writer lock cannot be released without its guard).

@@ -13,6 +13,10 @@
 //! registrations, where a second run would register the handlers twice, the handlers call
 //! [`ForkSafeOnce::mark_done`]: if the registration was complete enough for them to run at the
 //! fork, the child sees it done.
+//!
+//! # Safety
+//! [`ForkSafeOnce::register_fork_handlers`] calls `pthread_atfork` with `extern "C"` handlers
+//! its callers promise never unwind and live as long as the process.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -66,6 +70,30 @@ impl ForkSafeOnce {
     /// registered, and a child must not register them again).
     pub(crate) fn mark_done(&self) {
         self.0.store(DONE, Ordering::Release);
+    }
+
+    /// Register `pthread_atfork` handlers once per process. One of them must call
+    /// [`Self::mark_done`] (the one that runs on the side where registering again would be
+    /// wrong). A failed registration (ENOMEM) is logged with `unprotected`, what it leaves open.
+    pub(crate) fn register_fork_handlers(
+        &self,
+        prepare: Option<unsafe extern "C" fn()>,
+        parent: Option<unsafe extern "C" fn()>,
+        child: Option<unsafe extern "C" fn()>,
+        unprotected: &str,
+    ) {
+        self.call_once(|| {
+            // SAFETY: the callers pass plain `extern "C"` functions that never unwind and live as
+            // long as the process.
+            #[allow(unsafe_code)]
+            let rc = unsafe { libc::pthread_atfork(prepare, parent, child) };
+            if rc != 0 {
+                crate::log!(
+                    crate::log::Level::Warn,
+                    "pthread_atfork failed ({rc}): {unprotected}"
+                );
+            }
+        });
     }
 }
 

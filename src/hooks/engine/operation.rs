@@ -24,12 +24,9 @@ pub(crate) struct Operation {
     _maps: crate::elf::CheckedSpan,
 }
 
-/// The fork handlers took the patch lock (and the dlsym table's) for the fork.
+/// The fork handlers took the patch lock for the fork. (The dlsym table's lock they always take:
+/// see `prepare_fork`.)
 static HELD_FOR_FORK: AtomicBool = AtomicBool::new(false);
-/// The fork handlers took only the dlsym table's lock: the forking thread runs an operation
-/// (it holds the patch lock and goes on in the child), and a `dlsym` of another thread must not
-/// leave the table read-locked in the child, where the operation's end rebuilds it.
-static TABLE_HELD_FOR_FORK: AtomicBool = AtomicBool::new(false);
 /// In a child: the patch lock was inherited held by a thread that does not exist here (the
 /// fork handlers could not take it in time), so no operation can ever run.
 static ORPHANED: AtomicBool = AtomicBool::new(false);
@@ -45,63 +42,48 @@ static REGISTRATION: ForkSafeOnce = ForkSafeOnce::new();
 /// Install the fork handlers (once per process), so that a child never inherits the patch lock
 /// held by a thread that does not exist in it.
 fn protect_fork() {
-    REGISTRATION.call_once(|| {
-        // SAFETY: plain `extern "C"` handlers that never unwind.
-        #[allow(unsafe_code)]
-        let rc = unsafe {
-            libc::pthread_atfork(Some(prepare_fork), Some(after_fork), Some(after_fork_child))
-        };
-        if rc != 0 {
-            crate::log!(
-                crate::log::Level::Warn,
-                "pthread_atfork failed ({rc}): a fork during a hook install may leave the child unable to patch"
-            );
-        }
-    });
+    REGISTRATION.register_fork_handlers(
+        Some(prepare_fork),
+        Some(after_fork),
+        Some(after_fork_child),
+        "a fork during a hook install may leave the child unable to patch",
+    );
 }
 
-/// Before a fork: wait for a running operation to end and hold the lock across the fork (the
-/// child then starts with a consistent engine). Not when this thread is inside an operation:
-/// it lives on in the child and finishes it there.
+/// Before a fork: wait for a running operation to end and hold the patch lock across the fork
+/// (the child then starts with a consistent engine); not when this thread is inside an
+/// operation: it lives on in the child and finishes it there. Then, in every case, hold the
+/// dlsym table's lock: a leaf lock that readers and the one writer hold for a few instructions,
+/// never this thread here, so the wait is short; a child must not inherit it read-locked by
+/// another thread's `dlsym` (its operation's end rebuilds the table).
 extern "C" fn prepare_fork() {
     // The handlers run, so they are registered: the child must not register them again.
     REGISTRATION.mark_done();
-    if IN_OPERATION.with(|f| f.get()) {
-        // The table is a leaf lock, held by readers for a few instructions: never by this
-        // thread here, and no operation but ours can be writing it.
-        crate::hooks::substitution::hold_for_fork();
-        TABLE_HELD_FOR_FORK.store(true, Ordering::Release);
-        return;
-    }
-    let start = Instant::now();
-    loop {
-        if let Some(guard) = STATE.try_lock() {
-            std::mem::forget(guard);
-            crate::hooks::substitution::hold_for_fork();
-            HELD_FOR_FORK.store(true, Ordering::Release);
-            return;
+    if !IN_OPERATION.with(|f| f.get()) {
+        let start = Instant::now();
+        loop {
+            if let Some(guard) = STATE.try_lock() {
+                std::mem::forget(guard);
+                HELD_FOR_FORK.store(true, Ordering::Release);
+                break;
+            }
+            if start.elapsed() >= FORK_PATIENCE {
+                break;
+            }
+            std::thread::yield_now();
         }
-        if start.elapsed() >= FORK_PATIENCE {
-            return;
-        }
-        std::thread::yield_now();
     }
+    crate::hooks::substitution::hold_for_fork();
 }
 
 /// After a fork, in the parent: release what `prepare_fork` took.
 extern "C" fn after_fork() {
-    if TABLE_HELD_FOR_FORK.swap(false, Ordering::AcqRel) {
-        // SAFETY: `prepare_fork` took the table's lock on this thread just before the fork.
-        #[allow(unsafe_code)]
-        unsafe {
-            crate::hooks::substitution::release_after_fork()
-        };
-    }
-    if HELD_FOR_FORK.swap(false, Ordering::AcqRel) {
-        // SAFETY: `prepare_fork` took both locks on this thread just before the fork.
-        #[allow(unsafe_code)]
-        unsafe {
-            crate::hooks::substitution::release_after_fork();
+    // SAFETY: `prepare_fork` took the table's lock, and the patch lock when it says so, on this
+    // thread just before the fork.
+    #[allow(unsafe_code)]
+    unsafe {
+        crate::hooks::substitution::release_after_fork();
+        if HELD_FOR_FORK.swap(false, Ordering::AcqRel) {
             STATE.force_unlock();
         }
     }
