@@ -89,16 +89,24 @@ impl<'a> Image<'a> {
     /// answers, the confirmed part of one (consecutive readable mappings joined).
     /// A zero-length read counts as one byte: it must still lie inside a segment, never at
     /// the end of one (where the walk below would find no mapping to step over).
+    #[inline(always)]
     fn segment(&self, addr: usize, len: usize) -> Option<(usize, usize)> {
         let end = addr.checked_add(len.max(1))?;
-        let Some(kernel) = &self.kernel else {
-            return self.declared(addr, end);
-        };
-        // Reads come in runs from one table: try the part the last read used first.
+        // Reads come in runs from one table: try the part the last read used first (inline:
+        // indexing makes a hundred reads per object, nearly all of them hits).
         let (s, e) = self.last.get();
         if addr >= s && end <= e && s < e {
             return Some((s, e));
         }
+        self.segment_searched(addr, end)
+    }
+
+    /// [`Image::segment`] past the last-read check: the confirmed parts, then the kernel.
+    #[inline(never)]
+    fn segment_searched(&self, addr: usize, end: usize) -> Option<(usize, usize)> {
+        let Some(kernel) = &self.kernel else {
+            return self.declared(addr, end);
+        };
         let known = self.confirmed_count.get();
         if let Some(part) = self.confirmed[..known]
             .iter()

@@ -129,7 +129,7 @@ const ROOM_VERSIONS: usize = 1024;
 
 impl IndexRoom {
     /// A room that grows as needed (ordinary code).
-    pub fn growable() -> IndexRoom {
+    pub const fn growable() -> IndexRoom {
         IndexRoom {
             entries: Vec::new(),
             arena: Vec::new(),
@@ -193,9 +193,19 @@ impl ObjectIndex {
     /// Read the object's relocation tables and index every hookable slot of a symbol named in
     /// `wanted` (sorted; `None`: every symbol).
     pub fn build(object: Arc<LoadedObject>, wanted: Option<&[Vec<u8>]>) -> Result<ObjectIndex> {
-        let mut room = IndexRoom::growable();
-        match ObjectIndex::index_into(&object, wanted, &mut room) {
-            Ok(part) => Ok(ObjectIndex::from_room(object, &room, &part)),
+        ObjectIndex::build_in(object, wanted, &mut IndexRoom::growable())
+    }
+
+    /// [`ObjectIndex::build`] in a growable room kept by the caller and emptied first: one
+    /// object after another, the room's storage is reused instead of grown from nothing.
+    pub fn build_in(
+        object: Arc<LoadedObject>,
+        wanted: Option<&[Vec<u8>]>,
+        room: &mut IndexRoom,
+    ) -> Result<ObjectIndex> {
+        room.clear();
+        match ObjectIndex::index_into(&object, wanted, room) {
+            Ok(part) => Ok(ObjectIndex::from_room(object, room, &part)),
             Err(e) => Err(e.into_error(&object)),
         }
     }

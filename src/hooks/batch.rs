@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use crate::elf::{IndexFailure, IndexRoom, Indexed, LoadedObject, ObjectIndex};
 use crate::patch::{
-    compare_and_write_raw, read_slot, LeftWritable, ProtectionMap, SlotWrite, WriteFailure,
+    compare_and_write_page, page_start, read_slot, LeftWritable, ProtectionMap, SlotWrite,
+    WriteFailure,
 };
 use crate::Result;
 
@@ -212,25 +213,64 @@ impl Batch {
     }
 
     /// Compare-and-write each `(object, address, expected, new)`; `None` for writes whose
-    /// object could not be touched.
+    /// object could not be touched. Slots sharing a page are written under one change of its
+    /// protection.
     pub fn write(
         &self,
         maps: &ProtectionMap,
         writes: &[(usize, usize, usize, usize)],
     ) -> Vec<Option<Outcome>> {
         maps.reserve(writes.len() + 8);
-        let mut by_object: Vec<Vec<usize>> = vec![Vec::new(); self.objects.len()];
-        for (k, w) in writes.iter().enumerate() {
-            by_object[w.0].push(k);
+        // By object, then address: each object's writes are one run, and slots on one page
+        // follow each other.
+        let mut order: Vec<usize> = (0..writes.len()).collect();
+        order.sort_unstable_by_key(|&k| (writes[k].0, writes[k].1));
+        let mut needed = vec![false; self.objects.len()];
+        for w in writes {
+            needed[w.0] = true;
         }
         let mut outcomes: Vec<Option<Outcome>> = vec![None; writes.len()];
-        let needed: Vec<bool> = by_object.iter().map(|w| !w.is_empty()).collect();
+        let page_size = region::page::size();
         self.touch(&needed, &mut |i| {
-            for &k in &by_object[i] {
-                let (_, address, expected, new) = writes[k];
-                // SAFETY: a validated slot of an object pinned or listed under the loader's lock;
-                // the caller holds the patch lock; `maps` has room, so nothing allocates.
-                outcomes[k] = Some(unsafe { compare_and_write_raw(maps, address, expected, new) });
+            let from = order.partition_point(|&k| writes[k].0 < i);
+            let to = order.partition_point(|&k| writes[k].0 <= i);
+            let mut run = &order[from..to];
+            while let Some(&first) = run.first() {
+                let page = page_start(writes[first].1, page_size);
+                let n = run
+                    .iter()
+                    .take_while(|&&k| page_start(writes[k].1, page_size) == page)
+                    .count();
+                let (group, rest) = run.split_at(n);
+                run = rest;
+                let slot = |j: usize| {
+                    let (_, address, expected, new) = writes[group[j]];
+                    (address, expected, new)
+                };
+                // SAFETY: validated slots (aligned, inside the object, readable as when their
+                // values were read for the plan) of one object pinned or listed under the
+                // loader's lock, all on one page; the caller holds the patch lock; `maps` has
+                // room, so nothing allocates.
+                let done = unsafe {
+                    compare_and_write_page(maps, group.len(), slot, |j, found| {
+                        outcomes[group[j]] = Some(Ok((found, Ok(()))));
+                    })
+                };
+                match done {
+                    Ok(Ok(())) => {}
+                    Ok(Err(left)) => {
+                        for &k in group {
+                            if let Some(Ok((_, restored))) = &mut outcomes[k] {
+                                *restored = Err(left);
+                            }
+                        }
+                    }
+                    Err(failure) => {
+                        for &k in group {
+                            outcomes[k] = Some(Err(failure));
+                        }
+                    }
+                }
             }
         });
         outcomes

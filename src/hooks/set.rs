@@ -8,6 +8,7 @@
 
 use std::ffi::CString;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crate::{Error, Result};
 
@@ -33,8 +34,13 @@ impl OriginalStore {
 /// One symbol to hook.
 #[derive(Debug, Clone)]
 pub struct Hook {
+    /// For the loader (`dlsym`/`dlvsym`).
     pub(crate) symbol: CString,
     pub(crate) version: Option<CString>,
+    /// The same names as text, made once: the engine asks for them for every slot it plans and
+    /// every journal entry it writes (shared, so an entry costs no allocation).
+    name: Arc<str>,
+    version_name: Option<Box<str>>,
     pub(crate) replacement: usize,
     pub(crate) original: OriginalStore,
 }
@@ -43,6 +49,7 @@ impl Hook {
     /// Hook every import of `symbol` (any version) with `replacement`; the original definition
     /// is published in `original` before any slot points at `replacement`.
     pub fn new(symbol: &str, replacement: usize, original: &'static AtomicUsize) -> Result<Hook> {
+        let name = symbol;
         let symbol = CString::new(symbol)
             .ok()
             .filter(|s| !s.as_bytes().is_empty())
@@ -51,12 +58,14 @@ impl Hook {
             })?;
         if replacement == 0 {
             return Err(Error::InvalidHookSet {
-                reason: format!("`{}` has a null replacement", symbol.to_string_lossy()),
+                reason: format!("`{name}` has a null replacement"),
             });
         }
         Ok(Hook {
             symbol,
             version: None,
+            name: Arc::from(name),
+            version_name: None,
             replacement,
             original: OriginalStore(original),
         })
@@ -91,20 +100,26 @@ impl Hook {
             .ok()
             .filter(|s| !s.as_bytes().is_empty())
             .ok_or_else(|| Error::InvalidSymbol {
-                symbol: format!("{}@{version}", self.symbol.to_string_lossy()),
+                symbol: format!("{}@{version}", self.name),
             })?;
         self.version = Some(v);
+        self.version_name = Some(version.into());
         Ok(self)
     }
 
     /// The symbol this hook replaces.
     pub fn symbol(&self) -> &str {
-        self.symbol.to_str().unwrap_or("?")
+        &self.name
+    }
+
+    /// The symbol's name, shared (journal entries keep it without copying).
+    pub(crate) fn shared_symbol(&self) -> &Arc<str> {
+        &self.name
     }
 
     /// The symbol version it is limited to, if any.
     pub fn version(&self) -> Option<&str> {
-        self.version.as_ref().and_then(|v| v.to_str().ok())
+        self.version_name.as_deref()
     }
 
     /// Address of the replacement function.

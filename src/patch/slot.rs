@@ -107,32 +107,118 @@ pub unsafe fn compare_and_write_raw(
     expected: usize,
     new: usize,
 ) -> std::result::Result<(SlotWrite, std::result::Result<(), LeftWritable>), WriteFailure> {
+    // SAFETY: forwarded from the caller; the one slot written is on the page opened.
+    unsafe { on_writable_page(maps, address, |page| page.swap(address, expected, new)) }
+}
+
+/// The page of a GOT made writable for [`on_writable_page`]'s work.
+#[derive(Debug)]
+pub struct WritablePage {
+    page: usize,
+    size: usize,
+    protection: Protection,
+}
+
+impl WritablePage {
+    /// Compare-and-swap the slot at `address`, which must lie on this page (else nothing is
+    /// written and the slot's value is not known: `Mismatch { actual: 0 }`).
+    ///
+    /// # Safety
+    /// `address` is an aligned 8-byte slot (on a page [`on_writable_page`] holds writable).
+    pub unsafe fn swap(&self, address: usize, expected: usize, new: usize) -> SlotWrite {
+        if page_start(address, self.size) != self.page {
+            return SlotWrite::Mismatch { actual: 0 };
+        }
+        // SAFETY: aligned (caller) and on the page, which is mapped and writable now.
+        let slot = unsafe { AtomicUsize::from_ptr(address as *mut usize) };
+        match slot.compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => SlotWrite::Written {
+                protection: self.protection,
+            },
+            Err(actual) => SlotWrite::Mismatch { actual },
+        }
+    }
+}
+
+/// Make the page holding `address` writable if it is not (never W+X), run `work` with it, and
+/// put the page's protection back: one `mprotect` pair for every slot `work` writes on that
+/// page (a GOT of a dozen hooked imports usually fits in one), instead of a pair per slot.
+/// Returns `work`'s result and whether the protection could be put back.
+///
+/// # Safety
+/// `address` lies in an object that stays mapped during the call, and the caller holds the
+/// engine's patch lock (two writers must never race on one page's protection).
+pub unsafe fn on_writable_page<R>(
+    maps: &ProtectionMap,
+    address: usize,
+    work: impl FnOnce(&WritablePage) -> R,
+) -> std::result::Result<(R, std::result::Result<(), LeftWritable>), WriteFailure> {
     let protection = maps.at(address).map_err(|e| match e {
         Error::QueryProtection { errno, .. } => WriteFailure::Query(errno),
         _ => WriteFailure::Query(libc::EINVAL),
     })?;
-    // SAFETY: the caller guarantees the slot is aligned and mapped.
-    let slot = unsafe { AtomicUsize::from_ptr(address as *mut usize) };
-    let swap = || match slot.compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => SlotWrite::Written { protection },
-        Err(actual) => SlotWrite::Mismatch { actual },
+    let size = region::page::size();
+    let page = WritablePage {
+        page: page_start(address, size),
+        size,
+        protection,
     };
     if protection.contains(Protection::WRITE) {
-        return Ok((swap(), Ok(())));
+        return Ok((work(&page), Ok(())));
     }
     if protection.contains(Protection::EXECUTE) {
         return Err(WriteFailure::Executable);
     }
-    let size = region::page::size();
-    let page = page_start(address, size);
+    let start = page.page as *const u8;
     // SAFETY: the page belongs to a mapped object (caller's guarantee); we add only WRITE.
-    unsafe { region::protect(page as *const u8, size, protection | Protection::WRITE) }
+    unsafe { region::protect(start, size, protection | Protection::WRITE) }
         .map_err(|e| WriteFailure::Protect(errno_of(&e)))?;
-    let outcome = swap();
+    let result = work(&page);
     // SAFETY: restores exactly the protection the page had before.
-    let restored = unsafe { region::protect(page as *const u8, size, protection) }
-        .map_err(|e| LeftWritable(errno_of(&e)));
-    Ok((outcome, restored))
+    let restored =
+        unsafe { region::protect(start, size, protection) }.map_err(|e| LeftWritable(errno_of(&e)));
+    if restored.is_err() {
+        crate::elf::forget_seen();
+    }
+    Ok((result, restored))
+}
+
+/// Compare-and-write `n` slots that share one page (`slot(i)`: address, expected, new), under
+/// one change of the page's protection; `each(i, found)` is told what each swap found. When no
+/// slot holds its expected value there is nothing to write, and the page's protection is not
+/// touched at all (the recheck after a patch, nearly always). Returns whether the protection
+/// was put back, or why the page could not be written (then no slot was).
+///
+/// # Safety
+/// Every address is an aligned, readable 8-byte slot on one page of an object that stays
+/// mapped during the call; the caller holds the engine's patch lock.
+pub unsafe fn compare_and_write_page(
+    maps: &ProtectionMap,
+    n: usize,
+    slot: impl Fn(usize) -> (usize, usize, usize),
+    mut each: impl FnMut(usize, SlotWrite),
+) -> std::result::Result<std::result::Result<(), LeftWritable>, WriteFailure> {
+    if n == 0 {
+        return Ok(Ok(()));
+    }
+    // SAFETY: readable slots (the caller's promise).
+    let actual = |i: usize| unsafe { read_slot(slot(i).0) };
+    if (0..n).all(|i| actual(i) != slot(i).1) {
+        for i in 0..n {
+            each(i, SlotWrite::Mismatch { actual: actual(i) });
+        }
+        return Ok(Ok(()));
+    }
+    let work = |page: &WritablePage| {
+        for i in 0..n {
+            let (address, expected, new) = slot(i);
+            // SAFETY: an aligned slot (caller's promise) on the page held writable.
+            each(i, unsafe { page.swap(address, expected, new) });
+        }
+    };
+    // SAFETY: forwarded from the caller; every slot is on the page of the first.
+    let written = unsafe { on_writable_page(maps, slot(0).0, work) };
+    written.map(|((), restored)| restored)
 }
 
 /// The start of the page of `page_size` bytes (a power of two) that holds `address`. Writers pass

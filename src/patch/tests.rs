@@ -10,7 +10,9 @@
 use region::Protection;
 
 use super::slot::page_start;
-use super::{compare_and_write, read_slot, ProtectionMap, SlotWrite};
+use super::{
+    compare_and_write, compare_and_write_page, read_slot, ProtectionMap, SlotWrite, WriteFailure,
+};
 
 /// Three pages of the system's size, each word holding its own offset; read-only.
 struct Pages {
@@ -121,4 +123,91 @@ fn a_mismatch_writes_nothing_and_leaves_the_page_read_only() {
     assert_eq!(got, SlotWrite::Mismatch { actual: offset });
     assert_eq!(p.read(offset), offset);
     assert_eq!(p.protections(), [Protection::READ; 3]);
+}
+
+/// Slots of one page are written under one protection change: inside the work the page is
+/// writable (once, for all of them), afterwards read-only again; the pages around are untouched.
+#[test]
+fn slots_sharing_a_page_are_written_under_one_protection_change() {
+    let p = Pages::new();
+    let offsets = [p.page, p.page + 8, 2 * p.page - 8];
+    let maps = p.maps();
+    let mut found = Vec::new();
+    let slot = |i: usize| (p.base() + offsets[i], offsets[i], 0x5000 + i);
+    // SAFETY: aligned words of one page of our own mapping; this test is its only writer.
+    let restored = unsafe {
+        compare_and_write_page(&maps, offsets.len(), slot, |i, w| {
+            if i == 0 {
+                // Writable while the page's slots are written, and only this page.
+                assert_eq!(
+                    p.protections(),
+                    [Protection::READ, Protection::READ_WRITE, Protection::READ]
+                );
+            }
+            found.push((i, w));
+        })
+    };
+    assert_eq!(restored, Ok(Ok(())));
+    let written = SlotWrite::Written {
+        protection: Protection::READ,
+    };
+    assert_eq!(found, [(0, written), (1, written), (2, written)]);
+    for (i, &offset) in offsets.iter().enumerate() {
+        assert_eq!(p.read(offset), 0x5000 + i);
+    }
+    assert_eq!(p.protections(), [Protection::READ; 3]);
+    assert_eq!(p.read(p.page - 8), p.page - 8);
+    assert_eq!(p.read(2 * p.page), 2 * p.page);
+}
+
+/// A read-only page that cannot be made writable (a shared mapping of a file opened read-only):
+/// slots that hold their expected value fail to be written; slots that hold something else are
+/// reported as mismatches without the page's protection ever being asked to change.
+#[test]
+fn a_page_with_nothing_to_write_keeps_its_protection_untouched() {
+    let path = std::env::temp_dir().join(format!("cuhook-ro-page-{}", std::process::id()));
+    let page = region::page::size();
+    let words: Vec<u8> = (0..page / 8).flat_map(|i| (i * 8).to_ne_bytes()).collect();
+    std::fs::write(&path, words).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    // SAFETY: a fresh shared read-only mapping of our own file; unmapped below.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            page,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            0,
+        )
+    } as usize;
+    assert_ne!(base, libc::MAP_FAILED as usize);
+    let maps = ProtectionMap::read_text(base, base + page).unwrap();
+    let slots = [(base + 8, 999, 1), (base + 16, 999, 2)];
+    let mut found = Vec::new();
+    // SAFETY: aligned, readable words of our own mapping.
+    let nothing =
+        unsafe { compare_and_write_page(&maps, 2, |i| slots[i], |i, w| found.push((i, w))) };
+    assert_eq!(
+        nothing,
+        Ok(Ok(())),
+        "no write was needed: no mprotect tried"
+    );
+    assert_eq!(
+        found,
+        [
+            (0, SlotWrite::Mismatch { actual: 8 }),
+            (1, SlotWrite::Mismatch { actual: 16 })
+        ]
+    );
+    // The same page with a slot to write: the protection change is tried, and refused.
+    let slots = [(base + 8, 999, 1), (base + 16, 16, 2)];
+    // SAFETY: as above.
+    let refused = unsafe { compare_and_write_page(&maps, 2, |i| slots[i], |_, _| ()) };
+    assert_eq!(refused, Err(WriteFailure::Protect(libc::EACCES)));
+    // SAFETY: as above.
+    assert_eq!(unsafe { read_slot(base + 16) }, 16);
+    // SAFETY: our own mapping, no longer used.
+    unsafe { libc::munmap(base as *mut libc::c_void, page) };
 }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::elf::{self, Counters, LoadedObject, ObjectIndex};
+use crate::elf::{self, Counters, IndexRoom, LoadedObject, ObjectIndex};
 use crate::patch::{Journal, JournalEntry};
 use crate::{Error, Result};
 
@@ -62,6 +62,8 @@ pub(crate) struct State {
     dirty: bool,
     /// Every symbol any set ever hooked (sorted): what object indexes cover.
     wanted: Vec<Vec<u8>>,
+    /// Storage new objects are indexed in, kept from one object to the next.
+    room: IndexRoom,
 }
 
 static STATE: spin::Mutex<State> = spin::Mutex::new(State {
@@ -75,6 +77,7 @@ static STATE: spin::Mutex<State> = spin::Mutex::new(State {
     next_id: 1,
     dirty: false,
     wanted: Vec::new(),
+    room: IndexRoom::growable(),
 });
 
 /// The loader counters of the last scan, readable without the lock.

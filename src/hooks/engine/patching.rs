@@ -243,7 +243,7 @@ impl State {
                         self.journal.record(JournalEntry {
                             set_id: p.set_id,
                             object: batch.objects[p.object].object.clone(),
-                            symbol: Arc::from(p.hook.symbol()),
+                            symbol: p.hook.shared_symbol().clone(),
                             address: p.slot.address,
                             kind: p.slot.kind,
                             old: expected[k],

@@ -47,7 +47,7 @@ impl State {
             );
             return self.enter(obj, link_map, None);
         }
-        let built = ObjectIndex::build(obj.clone(), Some(&self.wanted));
+        let built = ObjectIndex::build_in(obj.clone(), Some(&self.wanted), &mut self.room);
         self.enter(obj, link_map, Some(built))
     }
 
@@ -258,10 +258,14 @@ impl State {
                     self.diag.quick_scans += 1;
                     self.last_counters = now;
                     let exclude = exclude_list();
+                    // Indexing and patching touch only this pinned object: the kernel's
+                    // answers about its mappings hold for both.
+                    let kept = elf::KeptAnswers::begin();
                     let patched = match self.admit(Arc::new(obj), link_map, &exclude) {
                         Some(idx) if matters(&idx) => self.patch_new(Batch::pinned(idx, pin)),
                         _ => 0,
                     };
+                    drop(kept);
                     return patched + self.sync_until_stable();
                 }
             }
