@@ -555,10 +555,8 @@ mod tests {
         }
         let set = |prot| {
             // SAFETY: our own page.
-            assert_eq!(
-                unsafe { libc::mprotect(page as *mut libc::c_void, 4096, prot) },
-                0
-            );
+            let rc = unsafe { libc::mprotect(page as *mut libc::c_void, 4096, prot) };
+            assert_eq!(rc, 0);
         };
         let kept = KeptAnswers::begin();
         assert_eq!(protection_of(page), Some(Protection::READ));
