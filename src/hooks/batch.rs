@@ -177,31 +177,36 @@ impl Batch {
         done
     }
 
-    /// Read the current value of every given slot (`slots[i]`: addresses in object `i`).
+    /// Read the current value of every given slot (`(object, address)`; reordered here).
     /// Returns the objects that could not be read (gone).
-    pub fn read_values(&mut self, slots: &[Vec<usize>]) -> Vec<usize> {
-        let mut values: Vec<Vec<(usize, usize)>> = slots
-            .iter()
-            .map(|s| s.iter().map(|&a| (a, 0)).collect())
-            .collect();
-        let needed: Vec<bool> = values.iter().map(|v| !v.is_empty()).collect();
+    pub fn read_values(&mut self, slots: &mut [(usize, usize)]) -> Vec<usize> {
+        slots.sort_unstable();
+        let mut values = vec![0usize; slots.len()];
+        let mut needed = vec![false; self.objects.len()];
+        for s in slots.iter() {
+            needed[s.0] = true;
+        }
         let done = self.touch(&needed, &mut |i| {
-            for v in values[i].iter_mut() {
+            let from = slots.partition_point(|s| s.0 < i);
+            let to = slots.partition_point(|s| s.0 <= i);
+            for (s, v) in slots[from..to].iter().zip(&mut values[from..to]) {
                 // SAFETY: a slot the index validated (aligned, inside the object), read while
                 // the object is pinned or listed under the loader's lock.
-                v.1 = unsafe { read_slot(v.0) };
+                *v = unsafe { read_slot(s.1) };
             }
         });
-        let mut gone = Vec::new();
-        for (i, ok) in done.into_iter().enumerate() {
-            if ok {
-                self.values.extend_from_slice(&values[i]);
-            } else {
-                gone.push(i);
-            }
-        }
+        self.values.extend(
+            slots
+                .iter()
+                .zip(&values)
+                .filter(|(s, _)| done[s.0])
+                .map(|(s, &v)| (s.1, v)),
+        );
         self.values.sort_unstable();
-        gone
+        self.values.dedup_by_key(|v| v.0);
+        (0..self.objects.len())
+            .filter(|&i| needed[i] && !done[i])
+            .collect()
     }
 
     /// The value read for `address`, if its object could be read.
@@ -221,20 +226,30 @@ impl Batch {
         writes: &[(usize, usize, usize, usize)],
     ) -> Vec<Option<Outcome>> {
         maps.reserve(writes.len() + 8);
-        // By object, then address: each object's writes are one run, and slots on one page
-        // follow each other.
-        let mut order: Vec<usize> = (0..writes.len()).collect();
-        order.sort_unstable_by_key(|&k| (writes[k].0, writes[k].1));
-        let mut needed = vec![false; self.objects.len()];
+        // The writes by object (a counting sort: `order[starts[i]..starts[i + 1]]` are object
+        // i's), each object's by address, so that slots on one page follow each other.
+        let n = self.objects.len();
+        let mut starts = vec![0usize; n + 1];
         for w in writes {
-            needed[w.0] = true;
+            starts[w.0 + 1] += 1;
         }
+        for i in 0..n {
+            starts[i + 1] += starts[i];
+        }
+        let mut order = vec![0usize; writes.len()];
+        let mut next = starts.clone();
+        for (k, w) in writes.iter().enumerate() {
+            order[next[w.0]] = k;
+            next[w.0] += 1;
+        }
+        for i in 0..n {
+            order[starts[i]..starts[i + 1]].sort_unstable_by_key(|&k| writes[k].1);
+        }
+        let needed: Vec<bool> = (0..n).map(|i| starts[i] < starts[i + 1]).collect();
         let mut outcomes: Vec<Option<Outcome>> = vec![None; writes.len()];
         let page_size = region::page::size();
         self.touch(&needed, &mut |i| {
-            let from = order.partition_point(|&k| writes[k].0 < i);
-            let to = order.partition_point(|&k| writes[k].0 <= i);
-            let mut run = &order[from..to];
+            let mut run = &order[starts[i]..starts[i + 1]];
             while let Some(&first) = run.first() {
                 let page = page_start(writes[first].1, page_size);
                 let n = run

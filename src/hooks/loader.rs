@@ -138,8 +138,11 @@ pub fn visit(objects: &[&LoadedObject], subs: u64, work: &mut dyn FnMut(usize)) 
             return ControlFlow::Break(());
         }
         let base = listed.info.dlpi_addr as usize;
-        let name = listed.name();
         let from = keys.partition_point(|k| k.0 < base);
+        if keys.get(from).is_none_or(|k| k.0 != base) {
+            return ControlFlow::Continue(());
+        }
+        let name = listed.name();
         for &(b, i) in &keys[from..] {
             if b != base {
                 break;

@@ -356,16 +356,10 @@ impl Listed<'_> {
         if name.is_null() {
             return &[];
         }
-        // The readable extent past the NUL is unknown: scan byte by byte, at most MAX_NAME.
-        let mut len = 0usize;
-        while len < MAX_NAME {
-            // SAFETY: every byte before the terminating NUL and the NUL itself are readable.
-            if unsafe { *name.add(len).cast::<u8>() } == 0 {
-                break;
-            }
-            len += 1;
-        }
-        // SAFETY: the first `len` bytes were just read one by one.
+        // SAFETY: a NUL-terminated string of the loader's; `strnlen` stops at the NUL or after
+        // MAX_NAME bytes (its wide reads never cross a page the string does not reach).
+        let len = unsafe { libc::strnlen(name, MAX_NAME) };
+        // SAFETY: the first `len` bytes precede the NUL (or the bound).
         unsafe { std::slice::from_raw_parts(name.cast::<u8>(), len) }
     }
 

@@ -80,53 +80,53 @@ impl State {
                 Some((id, s.set.hooks.clone()))
             })
             .collect();
+        // Every slot of every hook, found once: (hook number, object, slot), by hook, then
+        // object (the planning walks them in that order).
+        let mut found: Vec<(usize, usize, Slot)> = Vec::new();
+        let mut hook_number = 0;
+        for (_, hooks) in &sets {
+            for hook in hooks.iter() {
+                let (symbol, version) = (hook.symbol(), hook.version());
+                for (i, idx) in batch.objects.iter().enumerate() {
+                    found.extend(idx.slots(symbol, version).map(|s| (hook_number, i, s)));
+                }
+                hook_number += 1;
+            }
+        }
         // Every slot value the plans need, read in one pass.
-        let names: Vec<(&str, Option<&str>)> = sets
-            .iter()
-            .flat_map(|(_, hooks)| hooks.iter())
-            .map(|h| (h.symbol(), h.version()))
-            .collect();
-        let slots: Vec<Vec<usize>> = batch
-            .objects
-            .iter()
-            .map(|idx| {
-                let mut v: Vec<usize> = names
-                    .iter()
-                    .flat_map(|&(symbol, version)| idx.slots(symbol, version).map(|s| s.address))
-                    .collect();
-                v.sort_unstable();
-                v.dedup();
-                v
-            })
-            .collect();
-        for i in batch.read_values(&slots) {
+        let mut slots: Vec<(usize, usize)> = found.iter().map(|f| (f.1, f.2.address)).collect();
+        for i in batch.read_values(&mut slots) {
             push_bounded(
                 &mut self.diag.unpinnable,
                 batch.objects[i].object.display_name().to_owned(),
             );
         }
         let mut plans = Vec::new();
+        let mut rest = &found[..];
+        hook_number = 0;
         for (id, hooks) in &sets {
             for hook in hooks.iter() {
-                self.plan_hook(*id, hook, batch, &mut plans);
+                let n = rest.iter().take_while(|f| f.0 == hook_number).count();
+                let (own, later) = rest.split_at(n);
+                rest = later;
+                hook_number += 1;
+                self.plan_hook(*id, hook, own, batch, &mut plans);
             }
         }
         self.write(plans, batch)
     }
 
+    /// Plan the writes of one hook's slots (`found`: this hook's (hook number, object, slot)).
     fn plan_hook<'h>(
         &mut self,
         set_id: u64,
         hook: &'h Hook,
+        found: &[(usize, usize, Slot)],
         batch: &Batch,
         plans: &mut Vec<Plan<'h>>,
     ) {
-        let (symbol, version) = (hook.symbol(), hook.version());
-        let any_slot = batch
-            .objects
-            .iter()
-            .any(|idx| idx.slots(symbol, version).next().is_some());
-        if !any_slot && hook.original.get() != 0 {
+        let symbol = hook.symbol();
+        if found.is_empty() && hook.original.get() != 0 {
             return;
         }
         let resolver = Resolver::new(hook, batch, &self.canonical, self.known.as_ref());
@@ -151,52 +151,51 @@ impl State {
         }
         let first = plans.len();
         let stacked = plans.iter().any(|p| p.hook.symbol() == symbol);
-        for (i, idx) in batch.objects.iter().enumerate() {
-            for slot in idx.slots(symbol, version) {
-                if self.journal.contains(set_id, slot.address) {
-                    continue;
-                }
-                // A set below this one in a stack may be about to write this slot: it then
-                // holds that set's replacement by the time this plan is written.
-                let planned = if stacked {
-                    plans[..first]
-                        .iter()
-                        .rev()
-                        .find(|p| p.slot.address == slot.address)
-                        .map(|p| p.hook.replacement)
-                } else {
-                    None
-                };
-                let Some(value) = planned.or_else(|| batch.value(slot.address)) else {
-                    continue;
-                };
-                if value == hook.replacement {
-                    continue;
-                }
-                let bound = resolver.binding(value, slot, idx, i);
-                if original == 0 {
-                    original = bound;
-                }
-                if bound != original || bound == 0 {
-                    let c = Conflict {
-                        object: idx.object.display_name().to_owned(),
-                        symbol: symbol.to_owned(),
-                        address: slot.address,
-                        bound_to: bound,
-                        original,
-                    };
-                    push_bounded(&mut self.diag.conflicts, c);
-                    continue;
-                }
-                plans.push(Plan {
-                    set_id,
-                    object: i,
-                    hook,
-                    slot,
-                    expected: value,
-                    original,
-                });
+        for &(_, i, slot) in found {
+            let idx = &batch.objects[i];
+            if self.journal.contains(set_id, slot.address) {
+                continue;
             }
+            // A set below this one in a stack may be about to write this slot: it then holds
+            // that set's replacement by the time this plan is written.
+            let planned = if stacked {
+                plans[..first]
+                    .iter()
+                    .rev()
+                    .find(|p| p.slot.address == slot.address)
+                    .map(|p| p.hook.replacement)
+            } else {
+                None
+            };
+            let Some(value) = planned.or_else(|| batch.value(slot.address)) else {
+                continue;
+            };
+            if value == hook.replacement {
+                continue;
+            }
+            let bound = resolver.binding(value, slot, idx, i);
+            if original == 0 {
+                original = bound;
+            }
+            if bound != original || bound == 0 {
+                let c = Conflict {
+                    object: idx.object.display_name().to_owned(),
+                    symbol: symbol.to_owned(),
+                    address: slot.address,
+                    bound_to: bound,
+                    original,
+                };
+                push_bounded(&mut self.diag.conflicts, c);
+                continue;
+            }
+            plans.push(Plan {
+                set_id,
+                object: i,
+                hook,
+                slot,
+                expected: value,
+                original,
+            });
         }
         // Publish the original before any slot can route a call to the replacement.
         if original != 0
