@@ -1,0 +1,160 @@
+//! Registry writers in parallel: what the hooks of T threads, each allocating and freeing on its
+//! own stream, cost each other in the registry. Each thread repeats one insert + exact-start
+//! removal of a 4 KiB range (a warm stream-ordered pool hands the same block back every time),
+//! with 1,000 other ranges live; ns per pair, per thread (the median thread's mean).
+//!
+//! Beside the registry (one writer lock for the whole table) the same work on a
+//! `Mutex<BTreeMap>` (the simplest shared map) and on a private `BTreeMap` per thread (no
+//! sharing at all: how this machine scales when nothing is shared). Layouts: *own block* —
+//! every thread's range in its own 2 MiB block (separate pools); *shared block* — neighbouring
+//! 4 KiB ranges of one block (one pool shared by all streams).
+//!
+//! Run: `cargo bench --bench writers` (threads 1, 2, 4, 8, 16 capped at the CPUs), or
+//! `cargo bench --bench writers -- 1 16` for chosen thread counts. Meant for a machine with
+//! many cores (the H200 host: 16): on 2 cores it shows little.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::sync::{Barrier, Mutex};
+use std::time::Instant;
+
+use cuhook::registry::{Allocation, Registry};
+
+const BLOCKS: usize = 7;
+const PAIRS: usize = 100_000;
+const BASE: usize = 0x7f00_0000_0000;
+const BLOCK: usize = 2 << 20;
+
+trait Shared: Sync {
+    const NAME: &'static str;
+    fn insert(&self, a: Allocation);
+    fn remove(&self, start: usize) -> bool;
+}
+
+impl Shared for Registry {
+    const NAME: &'static str = "registry";
+    fn insert(&self, a: Allocation) {
+        Registry::insert(self, a);
+    }
+    fn remove(&self, start: usize) -> bool {
+        self.remove_allocation(start).is_some()
+    }
+}
+
+impl Shared for Mutex<BTreeMap<usize, Allocation>> {
+    const NAME: &'static str = "Mutex<BTreeMap>";
+    fn insert(&self, a: Allocation) {
+        self.lock().unwrap().insert(a.start, a);
+    }
+    fn remove(&self, start: usize) -> bool {
+        self.lock().unwrap().remove(&start).is_some()
+    }
+}
+
+fn range(start: usize) -> Allocation {
+    let mut a = Allocation::new(start, 4096, c"cuMemAllocAsync");
+    a.device = 0;
+    a
+}
+
+/// The address thread `t` allocates at.
+fn address(t: usize, shared_block: bool) -> usize {
+    if shared_block {
+        BASE + t * 4096
+    } else {
+        BASE + (t + 1) * BLOCK
+    }
+}
+
+/// 1,000 other live ranges, far from the threads' blocks.
+fn populate(m: &impl Shared) {
+    for i in 0..1000 {
+        m.insert(range(BASE - (1 << 32) + i * 65536));
+    }
+}
+
+/// Each thread's mean over all its blocks (threads start together and run the same number of
+/// pairs, so they overlap nearly all the time), ns per pair; returns the median thread's.
+fn run_threads(threads: usize, work: &(dyn Fn(usize) -> f64 + Sync)) -> f64 {
+    let barrier = Barrier::new(threads);
+    let mut best: Vec<f64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    (0..BLOCKS).map(|_| work(t)).sum::<f64>() / BLOCKS as f64
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    best.sort_by(f64::total_cmp);
+    best[best.len() / 2]
+}
+
+fn shared<M: Shared>(m: &M, threads: usize, shared_block: bool) -> f64 {
+    run_threads(threads, &|t| {
+        let at = address(t, shared_block);
+        let t0 = Instant::now();
+        for _ in 0..PAIRS {
+            m.insert(range(at));
+            black_box(m.remove(at));
+        }
+        t0.elapsed().as_nanos() as f64 / PAIRS as f64
+    })
+}
+
+fn private(threads: usize) -> f64 {
+    run_threads(threads, &|t| {
+        let mut m = BTreeMap::new();
+        for i in 0..1000 {
+            m.insert(BASE + i * 65536, range(BASE + i * 65536));
+        }
+        let at = address(t, false);
+        let t0 = Instant::now();
+        for _ in 0..PAIRS {
+            m.insert(at, range(at));
+            black_box(m.remove(&at));
+        }
+        t0.elapsed().as_nanos() as f64 / PAIRS as f64
+    })
+}
+
+fn main() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut counts: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    if counts.is_empty() {
+        counts = [1, 2, 4, 8, 16]
+            .into_iter()
+            .filter(|&t| t <= cpus)
+            .collect();
+    }
+    println!("writers: {cpus} CPUs; ns per insert+remove pair, per thread (median thread's mean over {BLOCKS} blocks of {PAIRS})");
+    for &shared_block in &[false, true] {
+        let layout = if shared_block {
+            "shared block"
+        } else {
+            "own block"
+        };
+        for &t in &counts {
+            let reg = Registry::new();
+            populate(&reg);
+            let mutex = Mutex::new(BTreeMap::new());
+            populate(&mutex);
+            let (r, m) = (
+                shared(&reg, t, shared_block),
+                shared(&mutex, t, shared_block),
+            );
+            let p = if shared_block { f64::NAN } else { private(t) };
+            println!(
+                "  {layout:12} threads={t:2}  {}: {r:7.1}   {}: {m:7.1}   private BTreeMap: {p:7.1}",
+                Registry::NAME,
+                <Mutex<BTreeMap<usize, Allocation>> as Shared>::NAME
+            );
+        }
+    }
+}
