@@ -39,9 +39,10 @@ pub enum Pending {
     Purged(ManuallyDrop<Vec<Allocation>>),
 }
 
-/// Announce an allocation that succeeded. Inlined into the allocation hooks (the hot path); the
-/// rarer callers go through [`alloc_rare`], so only one more copy exists.
-#[inline]
+/// Announce an allocation that succeeded. Inlined into the allocation hooks (the hot path:
+/// left to the compiler it was a call in some builds and not in others); the rarer callers go
+/// through [`alloc_rare`], so only one more copy exists.
+#[inline(always)]
 pub fn alloc(
     api: &'static CStr,
     mem_type: MemType,

@@ -48,6 +48,7 @@ impl<'a> Level<'a> {
     }
 
     /// Stores `v` in slot `i`, keeping the table's count of used slots.
+    #[inline]
     pub(super) fn set(&self, i: usize, v: usize) {
         let old = self.slots[i].load(Relaxed);
         if let Some(used) = self.used {

@@ -90,12 +90,20 @@ impl<T: Fresh> Slab<T> {
     }
 
     /// An element that no reader can reach through the current trees. Recycled ones keep their
-    /// old contents; the caller overwrites what it uses.
+    /// old contents; the caller overwrites what it uses. The recycled case (every insert of a
+    /// pool's steady state) is inlined into the caller; carving a fresh one is not.
+    #[inline]
     pub(super) fn alloc(&mut self) -> Ptr<T> {
         self.live += 1;
-        if let Some(p) = self.free.pop() {
-            return p;
+        match self.free.pop() {
+            Some(p) => p,
+            None => self.carve(),
         }
+    }
+
+    /// A fresh element from the last chunk, adding a chunk when it is full.
+    #[inline(never)]
+    fn carve(&mut self) -> Ptr<T> {
         let cap = self.chunks.last().map_or(0, |c| c.len());
         if self.used == cap {
             let max = (MAX_CHUNK_BYTES / core::mem::size_of::<T>().max(1)).clamp(1, MAX_CHUNK);
