@@ -17,7 +17,7 @@ pub use dynamic::{absolute, BadTables, DynamicTables, RelocTable};
 pub use image::segments_contain;
 pub use index::{IndexFailure, IndexRoom, Indexed, ObjectIndex, RelocKind, Slot};
 pub(crate) use protection::errno_of;
-pub use protection::{forget_seen, letters, CheckedSpan, KeptAnswers, ProtectionMap};
+pub use protection::{letters, CheckedSpan, ProtectionMap};
 pub use room::Full;
 pub use snapshot::{counters, snapshot, Counters, LoadedObject, Snapshot};
 pub use symbols::defines;

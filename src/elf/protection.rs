@@ -148,48 +148,9 @@ const SPAN_NONE: u8 = 0;
 const SPAN_OPEN: u8 = 1;
 const SPAN_CHECKED: u8 = 2;
 
-/// Mappings remembered per span.
-const SEEN_KEPT: usize = 4;
-type Seen = [(usize, usize, Protection); SEEN_KEPT];
-const NOTHING_SEEN: Seen = [(0, 0, Protection::NONE); SEEN_KEPT];
-
 thread_local! {
     /// This thread's [`CheckedSpan`]: none, open (descriptor not checked yet in it), or checked.
     static SPAN: Cell<u8> = const { Cell::new(SPAN_NONE) };
-    /// Inside a [`KeptAnswers`] scope: the mappings the kernel described in it, most recent
-    /// first (`[start, end)`, protection; empty ranges unused).
-    static SEEN: Cell<Seen> = const { Cell::new(NOTHING_SEEN) };
-    static KEEPING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Drop the mappings remembered in this thread's scope: after a write that could not put a
-/// page's protection back, the remembered protection is no longer the kernel's.
-pub fn forget_seen() {
-    SEEN.with(|s| s.set(NOTHING_SEEN));
-}
-
-/// A scope, inside a [`CheckedSpan`], in which the kernel's answers are remembered and given
-/// again without asking: indexing and patching one object the caller holds pinned (a library
-/// `dlopen` just opened) ask about its tables' mapping, its `.dynamic`'s and its GOT's, and the
-/// last two are usually one mapping. Only for objects that stay pinned for the whole scope:
-/// their mappings cannot be unmapped or replaced meanwhile, and nothing but our own slot
-/// writes changes their protection (each put back, or [`forget_seen`] is called).
-#[derive(Debug)]
-pub struct KeptAnswers(());
-
-impl KeptAnswers {
-    pub fn begin() -> KeptAnswers {
-        forget_seen();
-        KEEPING.with(|k| k.set(true));
-        KeptAnswers(())
-    }
-}
-
-impl Drop for KeptAnswers {
-    fn drop(&mut self) {
-        KEEPING.with(|k| k.set(false));
-        forget_seen();
-    }
 }
 
 /// A stretch of work on one thread (one engine operation) in which the kept descriptor is
@@ -215,7 +176,6 @@ impl CheckedSpan {
                 s.set(SPAN_OPEN);
             }
         });
-        forget_seen();
     }
 }
 
@@ -320,26 +280,8 @@ impl MapsQuery {
         }
     }
 
-    /// The mapping covering `addr`: (start, end, protection). Inside a [`KeptAnswers`] scope
-    /// of a checked span, a mapping the kernel already described in it is answered again
-    /// without asking.
+    /// The mapping covering `addr`: (start, end, protection).
     pub(super) fn covering(&self, addr: usize) -> Result<(usize, usize, Protection)> {
-        if !KEEPING.with(Cell::get) || SPAN.with(Cell::get) != SPAN_CHECKED {
-            return self.ask(addr);
-        }
-        let mut seen = SEEN.with(Cell::get);
-        if let Some(&m) = seen.iter().find(|&&(s, e, _)| s <= addr && addr < e) {
-            return Ok(m);
-        }
-        let m = self.ask(addr)?;
-        seen.copy_within(..SEEN_KEPT - 1, 1);
-        seen[0] = m;
-        SEEN.with(|s| s.set(seen));
-        Ok(m)
-    }
-
-    /// One `PROCMAP_QUERY`.
-    fn ask(&self, addr: usize) -> Result<(usize, usize, Protection)> {
         let mut q = ProcmapQuery {
             size: std::mem::size_of::<ProcmapQuery>() as u64,
             query_addr: addr as u64,
@@ -538,44 +480,6 @@ mod tests {
             "the child asked its parent's map",
         );
         drop(span);
-    }
-
-    /// Inside a `KeptAnswers` scope of a checked span, a mapping the kernel described is
-    /// answered again without asking (here: even after its protection changed behind our back,
-    /// which the scope's contract rules out); outside the scope, or after `forget_seen`, the
-    /// kernel is asked again.
-    #[test]
-    fn kept_answers_are_given_again_only_inside_their_scope() {
-        let _serial = serial();
-        let span = CheckedSpan::begin();
-        let page = read_only_page();
-        if protection_of(page).is_none() || MapsQuery::open().is_none() {
-            eprintln!("PROCMAP_QUERY unavailable: nothing is kept");
-            return;
-        }
-        let set = |prot| {
-            // SAFETY: our own page.
-            let rc = unsafe { libc::mprotect(page as *mut libc::c_void, 4096, prot) };
-            assert_eq!(rc, 0);
-        };
-        let kept = KeptAnswers::begin();
-        assert_eq!(protection_of(page), Some(Protection::READ));
-        set(libc::PROT_READ | libc::PROT_WRITE);
-        assert_eq!(protection_of(page), Some(Protection::READ), "kept");
-        forget_seen();
-        assert_eq!(protection_of(page), Some(Protection::READ_WRITE), "asked");
-        set(libc::PROT_READ);
-        drop(kept);
-        assert_eq!(protection_of(page), Some(Protection::READ), "asked");
-        set(libc::PROT_READ | libc::PROT_WRITE);
-        assert_eq!(protection_of(page), Some(Protection::READ_WRITE), "asked");
-        // Without a checked span nothing is kept either.
-        drop(span);
-        let kept = KeptAnswers::begin();
-        assert_eq!(protection_of(page), Some(Protection::READ_WRITE));
-        set(libc::PROT_READ);
-        assert_eq!(protection_of(page), Some(Protection::READ), "asked");
-        drop(kept);
     }
 
     /// A fresh read-only page of this process (never unmapped: the tests using it end their

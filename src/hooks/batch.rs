@@ -179,8 +179,9 @@ impl Batch {
 
     /// Read the current value of every given slot (`(object, address)`; reordered here).
     /// Returns the objects that could not be read (gone).
-    pub fn read_values(&mut self, slots: &mut [(usize, usize)]) -> Vec<usize> {
+    pub fn read_values(&mut self, slots: &mut Vec<(usize, usize)>) -> Vec<usize> {
         slots.sort_unstable();
+        slots.dedup();
         let mut values = vec![0usize; slots.len()];
         let mut needed = vec![false; self.objects.len()];
         for s in slots.iter() {
@@ -203,7 +204,6 @@ impl Batch {
                 .map(|(s, &v)| (s.1, v)),
         );
         self.values.sort_unstable();
-        self.values.dedup_by_key(|v| v.0);
         (0..self.objects.len())
             .filter(|&i| needed[i] && !done[i])
             .collect()
@@ -226,25 +226,8 @@ impl Batch {
         writes: &[(usize, usize, usize, usize)],
     ) -> Vec<Option<Outcome>> {
         maps.reserve(writes.len() + 8);
-        // The writes by object (a counting sort: `order[starts[i]..starts[i + 1]]` are object
-        // i's), each object's by address, so that slots on one page follow each other.
         let n = self.objects.len();
-        let mut starts = vec![0usize; n + 1];
-        for w in writes {
-            starts[w.0 + 1] += 1;
-        }
-        for i in 0..n {
-            starts[i + 1] += starts[i];
-        }
-        let mut order = vec![0usize; writes.len()];
-        let mut next = starts.clone();
-        for (k, w) in writes.iter().enumerate() {
-            order[next[w.0]] = k;
-            next[w.0] += 1;
-        }
-        for i in 0..n {
-            order[starts[i]..starts[i + 1]].sort_unstable_by_key(|&k| writes[k].1);
-        }
+        let (starts, order) = write_order(writes, n);
         let needed: Vec<bool> = (0..n).map(|i| starts[i] < starts[i + 1]).collect();
         let mut outcomes: Vec<Option<Outcome>> = vec![None; writes.len()];
         let page_size = region::page::size();
@@ -289,5 +272,65 @@ impl Batch {
             }
         });
         outcomes
+    }
+}
+
+/// The order to make `writes` (`(object, address, expected, new)`, objects below `objects`)
+/// in: by object (a counting sort: `order[starts[i]..starts[i + 1]]` are object i's), each
+/// object's by address, so that slots on one page follow each other. Writes to one address
+/// (stacked sets on one slot) keep their plan order: the lower set's write comes first, and the
+/// next one expects its value.
+fn write_order(
+    writes: &[(usize, usize, usize, usize)],
+    objects: usize,
+) -> (Vec<usize>, Vec<usize>) {
+    let mut starts = vec![0usize; objects + 1];
+    for w in writes {
+        starts[w.0 + 1] += 1;
+    }
+    for i in 0..objects {
+        starts[i + 1] += starts[i];
+    }
+    let mut order = vec![0usize; writes.len()];
+    let mut next = starts.clone();
+    for (k, w) in writes.iter().enumerate() {
+        order[next[w.0]] = k;
+        next[w.0] += 1;
+    }
+    for i in 0..objects {
+        order[starts[i]..starts[i + 1]].sort_unstable_by_key(|&k| (writes[k].1, k));
+    }
+    (starts, order)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::write_order;
+
+    /// Many writes per object (past the length an unstable sort keeps equal keys in order by
+    /// luck), pairs of them to one slot: each object's run is by address, and the writes to one
+    /// slot stay in plan order.
+    #[test]
+    fn writes_to_one_slot_keep_plan_order() {
+        let mut writes = Vec::new();
+        for set in 0..2 {
+            for slot in (0..40).rev() {
+                let object = usize::from(slot >= 35);
+                writes.push((object, 0x1000 + 8 * slot, set, set + 1));
+            }
+        }
+        let (starts, order) = write_order(&writes, 3);
+        assert_eq!(starts, [0, 70, 80, 80]);
+        for i in 0..3 {
+            let run = &order[starts[i]..starts[i + 1]];
+            assert!(run.iter().all(|&k| writes[k].0 == i));
+            for w in run.windows(2) {
+                let (a, b) = (writes[w[0]], writes[w[1]]);
+                assert!(
+                    a.1 < b.1 || (a.1 == b.1 && w[0] < w[1]),
+                    "{a:?} before {b:?}"
+                );
+            }
+        }
     }
 }

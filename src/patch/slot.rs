@@ -177,9 +177,6 @@ pub unsafe fn on_writable_page<R>(
     // SAFETY: restores exactly the protection the page had before.
     let restored =
         unsafe { region::protect(start, size, protection) }.map_err(|e| LeftWritable(errno_of(&e)));
-    if restored.is_err() {
-        crate::elf::forget_seen();
-    }
     Ok((result, restored))
 }
 

@@ -258,14 +258,10 @@ impl State {
                     self.diag.quick_scans += 1;
                     self.last_counters = now;
                     let exclude = exclude_list();
-                    // Indexing and patching touch only this pinned object: the kernel's
-                    // answers about its mappings hold for both.
-                    let kept = elf::KeptAnswers::begin();
                     let patched = match self.admit(Arc::new(obj), link_map, &exclude) {
                         Some(idx) if matters(&idx) => self.patch_new(Batch::pinned(idx, pin)),
                         _ => 0,
                     };
-                    drop(kept);
                     return patched + self.sync_until_stable();
                 }
             }
