@@ -232,13 +232,15 @@ impl State {
             for (&k, outcome) in pending.iter().zip(outcomes) {
                 let p = &plans[k];
                 let name = batch.objects[p.object].object.display_name();
+                // A page left writable is reported whatever its slot's own swap found: the
+                // page was opened for all its slots, and this one may have lost its race.
+                if let Some(Ok((_, Err(LeftWritable(errno))))) = outcome {
+                    let e = WriteFailure::Protect(errno).into_error(name, p.slot.address);
+                    crate::log!(crate::log::Level::Error, "{e}");
+                }
                 match outcome {
                     None => push_bounded(&mut self.diag.unpinnable, name.to_owned()),
-                    Some(Ok((SlotWrite::Written { protection }, restored))) => {
-                        if let Err(LeftWritable(errno)) = restored {
-                            let e = WriteFailure::Protect(errno).into_error(name, p.slot.address);
-                            crate::log!(crate::log::Level::Error, "{e}");
-                        }
+                    Some(Ok((SlotWrite::Written { protection }, _))) => {
                         self.journal.record(JournalEntry {
                             set_id: p.set_id,
                             object: batch.objects[p.object].object.clone(),
@@ -301,9 +303,16 @@ impl State {
             .filter(|w| w.2 != 0)
             .collect();
         // A compare-and-write of original → hook: writes only where the original is back.
-        for outcome in batch.write(maps, &writes).into_iter().flatten() {
-            if matches!(outcome, Ok((SlotWrite::Written { .. }, _))) {
-                self.diag.resolver_races += 1;
+        for (w, outcome) in writes.iter().zip(batch.write(maps, &writes)) {
+            if let Some(Ok((found, restored))) = outcome {
+                if matches!(found, SlotWrite::Written { .. }) {
+                    self.diag.resolver_races += 1;
+                }
+                if let Err(LeftWritable(errno)) = restored {
+                    let name = batch.objects[w.0].object.display_name();
+                    let e = WriteFailure::Protect(errno).into_error(name, w.1);
+                    crate::log!(crate::log::Level::Error, "{e}");
+                }
             }
         }
     }
