@@ -37,10 +37,9 @@ pub struct Hook {
     /// For the loader (`dlsym`/`dlvsym`).
     pub(crate) symbol: CString,
     pub(crate) version: Option<CString>,
-    /// The same names as text, made once: the engine asks for them for every slot it plans and
-    /// every journal entry it writes (shared, so an entry costs no allocation).
+    /// The symbol as text, made once: the engine asks for it for every slot it plans and every
+    /// journal entry it writes (shared, so an entry costs no allocation).
     name: Arc<str>,
-    version_name: Option<Box<str>>,
     pub(crate) replacement: usize,
     pub(crate) original: OriginalStore,
 }
@@ -65,7 +64,6 @@ impl Hook {
             symbol,
             version: None,
             name: Arc::from(name),
-            version_name: None,
             replacement,
             original: OriginalStore(original),
         })
@@ -103,7 +101,6 @@ impl Hook {
                 symbol: format!("{}@{version}", self.name),
             })?;
         self.version = Some(v);
-        self.version_name = Some(version.into());
         Ok(self)
     }
 
@@ -119,7 +116,7 @@ impl Hook {
 
     /// The symbol version it is limited to, if any.
     pub fn version(&self) -> Option<&str> {
-        self.version_name.as_deref()
+        self.version.as_ref().and_then(|v| v.to_str().ok())
     }
 
     /// Address of the replacement function.

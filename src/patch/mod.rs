@@ -2,8 +2,8 @@
 //! handled, and a journal of every write for uninstall.
 //!
 //! The rule that keeps this safe: a page that was read-only is made writable only for the
-//! atomic stores to its slots and then gets its *original* protection back; an executable page is never made
-//! writable; all writers are serialised by the engine's patch lock (see `hooks`).
+//! atomic stores to its slots and then gets its *original* protection back; an executable page
+//! is never made writable; all writers are serialised by the engine's patch lock (see `hooks`).
 
 mod journal;
 mod slot;

@@ -33,7 +33,7 @@ pub unsafe fn read_slot(address: usize) -> usize {
     unsafe { AtomicUsize::from_ptr(address as *mut usize) }.load(Ordering::Acquire)
 }
 
-/// Why a slot could not be written, without allocating (see [`compare_and_write_raw`]).
+/// Why a slot could not be written, without allocating (see [`compare_and_write_page`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteFailure {
     /// The page's protection could not be asked (errno).
@@ -67,6 +67,14 @@ impl WriteFailure {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeftWritable(pub i32);
 
+impl LeftWritable {
+    /// Report it on the log: the page of `object` holding the slot at `address` stays writable.
+    pub fn log(self, object: &str, address: usize) {
+        let e = WriteFailure::Protect(self.0).into_error(object, address);
+        crate::log!(crate::log::Level::Error, "{e}");
+    }
+}
+
 /// Replace `expected` by `new` in the slot at `address`: make its page writable if it is not,
 /// swap atomically, and put the page's original protection back. Never makes a page W+X.
 ///
@@ -81,14 +89,15 @@ pub unsafe fn compare_and_write(
     expected: usize,
     new: usize,
 ) -> Result<SlotWrite> {
-    // SAFETY: forwarded from the caller.
-    match unsafe { compare_and_write_raw(maps, address, expected, new) } {
+    // SAFETY: forwarded from the caller; the one slot written is on the page opened.
+    let written =
+        unsafe { on_writable_page(maps, address, |page| page.swap(address, expected, new)) };
+    match written {
         Ok((outcome, restored)) => {
-            if let Err(LeftWritable(errno)) = restored {
+            if let Err(left) = restored {
                 // The slot was written: report the write (so it is journaled and can be undone)
                 // and the page left writable on stderr, rather than lose track of the slot.
-                let e = WriteFailure::Protect(errno).into_error(object, address);
-                crate::log!(crate::log::Level::Error, "{e}");
+                left.log(object, address);
             }
             Ok(outcome)
         }
@@ -96,40 +105,23 @@ pub unsafe fn compare_and_write(
     }
 }
 
-/// [`compare_and_write`] that allocates nothing (it may run inside a `dl_iterate_phdr`
-/// callback, given a `maps` with room reserved): failures come back as codes.
-///
-/// # Safety
-/// As [`compare_and_write`].
-pub unsafe fn compare_and_write_raw(
-    maps: &ProtectionMap,
-    address: usize,
-    expected: usize,
-    new: usize,
-) -> std::result::Result<(SlotWrite, std::result::Result<(), LeftWritable>), WriteFailure> {
-    // SAFETY: forwarded from the caller; the one slot written is on the page opened.
-    unsafe { on_writable_page(maps, address, |page| page.swap(address, expected, new)) }
-}
-
 /// The page of a GOT made writable for [`on_writable_page`]'s work.
 #[derive(Debug)]
-pub struct WritablePage {
+struct WritablePage {
     page: usize,
     size: usize,
     protection: Protection,
 }
 
 impl WritablePage {
-    /// Compare-and-swap the slot at `address`, which must lie on this page (else nothing is
-    /// written and the slot's value is not known: `Mismatch { actual: 0 }`).
+    /// Compare-and-swap the slot at `address`.
     ///
     /// # Safety
-    /// `address` is an aligned 8-byte slot (on a page [`on_writable_page`] holds writable).
-    pub unsafe fn swap(&self, address: usize, expected: usize, new: usize) -> SlotWrite {
-        if page_start(address, self.size) != self.page {
-            return SlotWrite::Mismatch { actual: 0 };
-        }
-        // SAFETY: aligned (caller) and on the page, which is mapped and writable now.
+    /// `address` is an aligned 8-byte slot on this page (which [`on_writable_page`] holds
+    /// writable).
+    unsafe fn swap(&self, address: usize, expected: usize, new: usize) -> SlotWrite {
+        debug_assert_eq!(page_start(address, self.size), self.page);
+        // SAFETY: aligned and on the page (caller), which is mapped and writable now.
         let slot = unsafe { AtomicUsize::from_ptr(address as *mut usize) };
         match slot.compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => SlotWrite::Written {
@@ -148,7 +140,7 @@ impl WritablePage {
 /// # Safety
 /// `address` lies in an object that stays mapped during the call, and the caller holds the
 /// engine's patch lock (two writers must never race on one page's protection).
-pub unsafe fn on_writable_page<R>(
+unsafe fn on_writable_page<R>(
     maps: &ProtectionMap,
     address: usize,
     work: impl FnOnce(&WritablePage) -> R,

@@ -51,20 +51,15 @@ pub fn attach() -> Result<()> {
     Ok(())
 }
 
-/// Stop keeping [`global`] current and drop what it holds (see [`forget_all`]). The registry
-/// also refuses inserts from then on, under its lock: a hook that saw it attached just before
-/// cannot put a range back after the clear (it would have stayed for good, its free unseen).
+/// Stop keeping [`global`] current and drop every range it holds, without events: from then on
+/// frees are no longer seen, so it could only go stale (report memory freed meanwhile as live).
+/// Ranges allocated before a reinstall are then answered by classification (a driver query),
+/// like memory allocated before the first install, and their later free is an unknown free.
+/// The registry also refuses inserts from then on, under its lock: a hook that saw it attached
+/// just before cannot put a range back after the clear (it would have stayed for good, its free
+/// unseen).
 pub fn detach() {
     GLOBAL.set_open(&ATTACHED, false);
-}
-
-/// Drop every registered range without events. Called when the hooks are uninstalled: from then
-/// on frees are no longer seen, so the registry could only go stale (report memory that was
-/// freed meanwhile as live). Ranges allocated before a reinstall are then answered by
-/// classification (a driver query), like memory allocated before the first install, and their
-/// later free is an unknown free (size 0).
-pub fn forget_all() -> usize {
-    GLOBAL.clear()
 }
 
 /// Feed every range the registry holds to `emit` as an alloc event: the replay a new subscriber

@@ -73,8 +73,8 @@ use core::ffi::CStr;
 use crate::events::{MemEvent, MemType};
 use crate::locks::WriterLock;
 pub use global::{
-    attach, attached, detach, forget_all, global, note_failed_free, note_unknown_free,
-    replay_existing, stats, RegistryStats,
+    attach, attached, detach, global, note_failed_free, note_unknown_free, replay_existing, stats,
+    RegistryStats,
 };
 use table::{Table, Top};
 use write::Writer;

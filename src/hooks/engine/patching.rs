@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::elf::{ObjectIndex, Slot};
-use crate::patch::{JournalEntry, LeftWritable, ProtectionMap, SlotWrite, WriteFailure};
+use crate::patch::{JournalEntry, ProtectionMap, SlotWrite};
 
 use crate::hooks::batch::Batch;
 use crate::hooks::diagnostics::{push_bounded, Conflict};
@@ -234,9 +234,8 @@ impl State {
                 let name = batch.objects[p.object].object.display_name();
                 // A page left writable is reported whatever its slot's own swap found: the
                 // page was opened for all its slots, and this one may have lost its race.
-                if let Some(Ok((_, Err(LeftWritable(errno))))) = outcome {
-                    let e = WriteFailure::Protect(errno).into_error(name, p.slot.address);
-                    crate::log!(crate::log::Level::Error, "{e}");
+                if let Some(Ok((_, Err(left)))) = outcome {
+                    left.log(name, p.slot.address);
                 }
                 match outcome {
                     None => push_bounded(&mut self.diag.unpinnable, name.to_owned()),
@@ -308,10 +307,8 @@ impl State {
                 if matches!(found, SlotWrite::Written { .. }) {
                     self.diag.resolver_races += 1;
                 }
-                if let Err(LeftWritable(errno)) = restored {
-                    let name = batch.objects[w.0].object.display_name();
-                    let e = WriteFailure::Protect(errno).into_error(name, w.1);
-                    crate::log!(crate::log::Level::Error, "{e}");
+                if let Err(left) = restored {
+                    left.log(batch.objects[w.0].object.display_name(), w.1);
                 }
             }
         }
