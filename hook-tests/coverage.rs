@@ -36,6 +36,11 @@ fn shared_runtime(symbol: &str) -> &str {
         "cudaGetDriverEntryPointByVersion" => "cuMemAllocAsync_ptsz",
         "cudaGetDriverEntryPoint_ptsz" => "cuMemAllocAsync_ptsz",
         "cudaGetDriverEntryPointByVersion_ptsz" => "cuMemAlloc_v2",
+        // Graph memory nodes: the runtime passes them to the driver, through its own pointers
+        // (the generic entry point as the CUDA 12.3+ variant).
+        "cudaGraphAddMemAllocNode" => "cuGraphAddMemAllocNode",
+        "cudaGraphAddMemFreeNode" => "cuGraphAddMemFreeNode",
+        "cudaGraphAddNode" => "cuGraphAddNode_v2",
         s => s,
     }
 }
@@ -171,9 +176,18 @@ const EVENT_KINDS: &[&str] = &[
     "imported",
     "graph",
     "graph-free",
+    "graph-node",
+    "graph-node-free",
 ];
 /// Of those, the ones that expect an alloc event.
-const ALLOC_KINDS: &[&str] = &["alloc", "global", "global-managed", "imported", "graph"];
+const ALLOC_KINDS: &[&str] = &[
+    "alloc",
+    "global",
+    "global-managed",
+    "imported",
+    "graph",
+    "graph-node",
+];
 
 /// (symbol, problem or None) for every call the app made after subscribing.
 fn judge(run: &Run, path: &Path) -> Vec<(String, Option<String>)> {
@@ -235,6 +249,8 @@ fn judge(run: &Run, path: &Path) -> Vec<(String, Option<String>)> {
                     "imported" => e.flags & 0x100 != 0 && e.mem_type == 1,
                     // On a capturing stream: GRAPH (and stream-ordered); never otherwise.
                     "graph" | "graph-free" => e.flags & 0x201 == 0x201,
+                    // A memory node added to a graph: GRAPH, device memory, no stream.
+                    "graph-node" | "graph-node-free" => e.flags & 0x201 == 0x200 && e.mem_type == 1,
                     _ => e.flags & 0x200 == 0,
                 };
                 // A teardown purges everything of its context or device: besides the range the
@@ -283,6 +299,9 @@ fn coverage_matrix() {
                 | "check:procaddr_unknown_untouched" => "cuGetProcAddress_v2".to_owned(),
                 "check:procaddr_v1_maps" => "cuGetProcAddress".to_owned(),
                 "cudaGetSymbolAddress" => "cuLibraryGetGlobal".to_owned(),
+                "cudaGraphAddMemAllocNode" => "cuGraphAddMemAllocNode".to_owned(),
+                "cudaGraphAddMemFreeNode" => "cuGraphAddMemFreeNode".to_owned(),
+                "cudaGraphAddNode" => "cuGraphAddNode_v2".to_owned(),
                 s if s.starts_with("check:") => continue,
                 s => s.to_owned(),
             };

@@ -61,7 +61,7 @@ int cuhook_uninstall(void);
 #define CUHOOK_FLAG_PURGED         (1u << 6) /* freed by context destroy / device reset / unload */
 #define CUHOOK_FLAG_GLOBAL         (1u << 7) /* module/library global; pool = its CUmodule/CUlibrary */
 #define CUHOOK_FLAG_IMPORTED       (1u << 8) /* opened/imported from another process (IPC, VMM) */
-#define CUHOOK_FLAG_GRAPH          (1u << 9) /* issued on a capturing stream: a graph memory node */
+#define CUHOOK_FLAG_GRAPH          (1u << 9) /* a graph memory node: captured, or added explicitly */
 
 typedef struct cuhook_mem_event {
     void *address;

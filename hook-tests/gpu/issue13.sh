@@ -6,7 +6,7 @@
 set -u
 source "$(dirname "$0")/common.sh"
 status=0
-for prog in globals late_free ipc graph; do
+for prog in globals late_free ipc graph graph_nodes; do
     echo "### $prog"
     if ! nvcc -O2 -arch=native "${inc[@]}" -o "$out/$prog" "$here/$prog.cu" -lcuda -ldl -lpthread; then
         echo "check build_$prog FAIL"; status=1; continue

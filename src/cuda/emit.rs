@@ -258,6 +258,39 @@ pub fn imported(api: &'static CStr, address: usize, extra_flags: u32, pool: usiz
     }
 }
 
+/// Announce a graph memory node made explicitly: the address the graph's allocation keeps on
+/// every launch, flagged GRAPH (no stream), on the device the node names (its pool properties'
+/// location; the current context's device when it names none). The context is the current one
+/// when it is on that device, else unknown (0): graph memory belongs to a device.
+#[cold]
+pub fn graph_alloc(api: &'static CStr, address: usize, size: usize, device: Option<i32>) {
+    if address == 0 || size == 0 {
+        return;
+    }
+    let attached = registry::attached();
+    let subscribed = events::has_subscribers();
+    if !attached && !subscribed {
+        return;
+    }
+    let mut ev = MemEvent::new(EventKind::Alloc, address, size, api);
+    ev.mem_type = MemType::Cuda;
+    ev.flags = flags::GRAPH;
+    let ctx = query::current_context();
+    let ctx_device = query::device_of(ctx);
+    ev.device = device.unwrap_or(ctx_device);
+    ev.context = if ev.device == ctx_device {
+        ctx as usize
+    } else {
+        0
+    };
+    if attached {
+        registry::global().insert(Allocation::from_event(&ev));
+    }
+    if subscribed {
+        events::dispatch(&ev);
+    }
+}
+
 /// [`alloc`] for the rare allocation paths (globals, imports), kept out of line.
 #[inline(never)]
 fn alloc_rare(

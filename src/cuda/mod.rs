@@ -6,6 +6,7 @@ mod abi;
 mod capture;
 pub mod classify;
 mod emit;
+mod graph;
 mod imported;
 mod procaddress;
 mod query;

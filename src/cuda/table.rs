@@ -16,6 +16,7 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 use super::abi::*;
 use super::capture;
 use super::emit::{self, Pending};
+use super::graph;
 use super::imported;
 use super::procaddress;
 use super::resolve;
@@ -40,6 +41,8 @@ pub enum Group {
     DriverImport,
     /// Stream capture begin and end: counted, so stream-ordered hooks know when to ask.
     DriverCapture,
+    /// Graph memory nodes added explicitly (`cuGraphAddMemAllocNode`, `cuGraphAddNode`, ...).
+    DriverGraph,
     /// The CUDA runtime (`cudaMalloc`, `cudaMallocAsync`, ...).
     Runtime,
     /// Entry-point lookups (`cuGetProcAddress`, `cudaGetDriverEntryPoint`).
@@ -58,6 +61,7 @@ impl Group {
             Group::DriverModule => "driver module globals",
             Group::DriverImport => "driver imported memory",
             Group::DriverCapture => "driver stream capture",
+            Group::DriverGraph => "driver graph memory nodes",
             Group::Runtime => "runtime",
             Group::Resolution => "resolution",
         }
@@ -312,6 +316,20 @@ cuda_hooks! {
         finally => capture::ended;
     cuStreamEndCapture_ptsz [DriverCapture, "cuStreamEndCapture"] (stream: CUstream, graph: *mut CUgraph) -> CUresult,
         finally => capture::ended;
+
+    // ---- driver, graph memory nodes added explicitly ------------------------------------------
+    cuGraphAddMemAllocNode [DriverGraph, "cuGraphAddMemAllocNode"] (node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize, params: *mut MemAllocNodeParams) -> CUresult,
+        after => graph::alloc_node(API, params);
+    cuGraphAddMemFreeNode [DriverGraph, "cuGraphAddMemFreeNode"] (node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize, dptr: CUdeviceptr) -> CUresult,
+        before => emit::free_before(API, dptr as usize, flags::GRAPH, 0);
+    /// The generic entry point (CUDA 12.2): memory nodes as above, other node types untouched.
+    cuGraphAddNode [DriverGraph, "cuGraphAddNode"] (node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize, params: *mut GraphNodeParams) -> CUresult,
+        // SAFETY: `params` is the caller's node description, valid for the call (the C API).
+        before => unsafe { graph::node_before(API, params) }, after => graph::node_after(API, params);
+    /// CUDA 12.3: with edge data.
+    cuGraphAddNode_v2 [DriverGraph, "cuGraphAddNode"] (node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, edges: *const c_void, n: usize, params: *mut GraphNodeParams) -> CUresult,
+        // SAFETY: `params` is the caller's node description, valid for the call (the C API).
+        before => unsafe { graph::node_before(API, params) }, after => graph::node_after(API, params);
 
     // ---- runtime --------------------------------------------------------------------------
     cudaMalloc [Runtime, "cudaMalloc"] (p: *mut *mut c_void, size: usize) -> CudaError,

@@ -53,8 +53,10 @@ pub mod flags {
     /// Memory another process exported, opened or imported here (`cuIpcOpenMemHandle`,
     /// `cuMemPoolImportPointer`, a `cuMemMap` of a handle from `cuMemImportFromShareableHandle`).
     pub const IMPORTED: u32 = 1 << 8;
-    /// A stream-ordered allocation or free issued while its stream was being captured into a
-    /// graph: a graph memory node, not memory that exists now.
+    /// A graph memory node, not memory that exists now: a stream-ordered allocation or free
+    /// issued while its stream was being captured into a graph, or a memory node added to a
+    /// graph explicitly (`cuGraphAddMemAllocNode`, `cuGraphAddMemFreeNode`, `cuGraphAddNode`).
+    /// A free of such a range carries the flag too.
     pub const GRAPH: u32 = 1 << 9;
 }
 
