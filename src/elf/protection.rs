@@ -25,11 +25,14 @@ use region::Protection;
 
 use crate::{Error, Result};
 
+/// Mappings one map keeps without a heap allocation: a `dlopen` writes one or two pages.
+type Regions = smallvec::SmallVec<[(usize, usize, Protection); 16]>;
+
 /// The protections of the mappings covering some addresses, at one moment.
 #[derive(Debug, Default)]
 pub struct ProtectionMap {
     /// Mappings known so far: (start, end, protection), sorted by start.
-    regions: RefCell<Vec<(usize, usize, Protection)>>,
+    regions: RefCell<Regions>,
     /// The kernel query to fill misses with; `None`: only `regions` (read from text) count.
     query: Option<MapsQuery>,
 }
@@ -40,7 +43,7 @@ impl ProtectionMap {
     pub fn for_addresses(addresses: impl Iterator<Item = usize>) -> Result<ProtectionMap> {
         if let Some(query) = MapsQuery::open() {
             return Ok(ProtectionMap {
-                regions: RefCell::new(Vec::new()),
+                regions: RefCell::new(Regions::new()),
                 query: Some(query),
             });
         }
@@ -63,7 +66,7 @@ impl ProtectionMap {
             address: lo,
             errno: errno_of(&e),
         };
-        let mut regions = Vec::new();
+        let mut regions = Regions::new();
         for r in region::query_range(lo as *const u8, size).map_err(err)? {
             let r = r.map_err(err)?;
             let range = r.as_range();

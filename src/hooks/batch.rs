@@ -15,6 +15,8 @@
 use std::cell::OnceCell;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use crate::elf::{IndexFailure, IndexRoom, Indexed, LoadedObject, ObjectIndex};
 use crate::patch::{
     compare_and_write_page, page_start, read_slot, LeftWritable, ProtectionMap, SlotWrite,
@@ -81,15 +83,29 @@ pub(crate) fn index_listed(
 /// What a raw slot write found.
 pub(crate) type Outcome = Result<(SlotWrite, Result<(), LeftWritable>), WriteFailure>;
 
+/// A list with room for what one object's operation needs (a `dlopen` of one library patches
+/// a handful of slots) kept inline: that path allocates nothing for its bookkeeping. Longer
+/// lists (an install into many objects) live on the heap as a `Vec` would.
+pub(crate) type Few<T> = SmallVec<[T; 8]>;
+
+/// Collect into a [`Few`]: inline when it fits; a longer list through a `Vec`, which fills from
+/// a sized iterator in place (`SmallVec` would push element by element past its inline room).
+pub(crate) fn few<T>(items: impl Iterator<Item = T>) -> Few<T> {
+    match items.size_hint() {
+        (_, Some(n)) if n <= 8 => items.collect(),
+        _ => SmallVec::from_vec(items.collect()),
+    }
+}
+
 pub(crate) struct Batch {
-    pub objects: Vec<Arc<ObjectIndex>>,
+    pub objects: SmallVec<[Arc<ObjectIndex>; 1]>,
     /// A reference per object, taken lazily (for scope lookups, or when a walk could not
     /// vouch for the object); `Some(None)`: pinning failed, the object is gone.
-    pins: Vec<OnceCell<Option<Pin>>>,
+    pins: SmallVec<[OnceCell<Option<Pin>>; 1]>,
     /// Loader removals at the snapshot the objects come from.
     subs: u64,
     /// Slot address → value read in [`Batch::read_values`], sorted by address.
-    values: Vec<(usize, usize)>,
+    values: Few<(usize, usize)>,
 }
 
 impl Batch {
@@ -97,10 +113,10 @@ impl Batch {
     pub fn listed(objects: Vec<Arc<ObjectIndex>>, subs: u64) -> Batch {
         let pins = objects.iter().map(|_| OnceCell::new()).collect();
         Batch {
-            objects,
+            objects: SmallVec::from_vec(objects),
             pins,
             subs,
-            values: Vec::new(),
+            values: Few::new(),
         }
     }
 
@@ -120,10 +136,10 @@ impl Batch {
         let cell = OnceCell::new();
         let _ = cell.set(Some(pin));
         Batch {
-            objects: vec![object],
-            pins: vec![cell],
+            objects: smallvec::smallvec![object],
+            pins: smallvec::smallvec![cell],
             subs: 0,
-            values: Vec::new(),
+            values: Few::new(),
         }
     }
 
@@ -146,10 +162,10 @@ impl Batch {
     /// the rest from one walk of the loader's list, and those the walk missed after pinning
     /// them by name. Returns which objects were touched.
     /// Objects whose `needed` entry is false are skipped (and reported touched).
-    pub fn touch(&self, needed: &[bool], work: &mut dyn FnMut(usize)) -> Vec<bool> {
-        let mut done: Vec<bool> = needed.iter().map(|n| !n).collect();
-        let (mut listed, mut at): (Vec<&crate::elf::LoadedObject>, Vec<usize>) =
-            (Vec::new(), Vec::new());
+    pub fn touch(&self, needed: &[bool], work: &mut dyn FnMut(usize)) -> Few<bool> {
+        let mut done = few(needed.iter().map(|n| !n));
+        let (mut listed, mut at): (Few<&crate::elf::LoadedObject>, Few<usize>) =
+            (Few::new(), Few::new());
         for (i, d) in done.iter_mut().enumerate() {
             if *d {
                 continue;
@@ -179,11 +195,11 @@ impl Batch {
 
     /// Read the current value of every given slot (`(object, address)`; reordered here).
     /// Returns the objects that could not be read (gone).
-    pub fn read_values(&mut self, slots: &mut Vec<(usize, usize)>) -> Vec<usize> {
+    pub fn read_values(&mut self, slots: &mut Few<(usize, usize)>) -> Few<usize> {
         slots.sort_unstable();
         slots.dedup();
-        let mut values = vec![0usize; slots.len()];
-        let mut needed = vec![false; self.objects.len()];
+        let mut values: Few<usize> = smallvec::smallvec![0; slots.len()];
+        let mut needed: Few<bool> = smallvec::smallvec![false; self.objects.len()];
         for s in slots.iter() {
             needed[s.0] = true;
         }
@@ -224,12 +240,12 @@ impl Batch {
         &self,
         maps: &ProtectionMap,
         writes: &[(usize, usize, usize, usize)],
-    ) -> Vec<Option<Outcome>> {
+    ) -> Few<Option<Outcome>> {
         maps.reserve(writes.len() + 8);
         let n = self.objects.len();
         let (starts, order) = write_order(writes, n);
-        let needed: Vec<bool> = (0..n).map(|i| starts[i] < starts[i + 1]).collect();
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; writes.len()];
+        let needed = few((0..n).map(|i| starts[i] < starts[i + 1]));
+        let mut outcomes: Few<Option<Outcome>> = smallvec::smallvec![None; writes.len()];
         let page_size = region::page::size();
         self.touch(&needed, &mut |i| {
             let mut run = &order[starts[i]..starts[i + 1]];
@@ -283,15 +299,15 @@ impl Batch {
 fn write_order(
     writes: &[(usize, usize, usize, usize)],
     objects: usize,
-) -> (Vec<usize>, Vec<usize>) {
-    let mut starts = vec![0usize; objects + 1];
+) -> (Few<usize>, Few<usize>) {
+    let mut starts: Few<usize> = smallvec::smallvec![0; objects + 1];
     for w in writes {
         starts[w.0 + 1] += 1;
     }
     for i in 0..objects {
         starts[i + 1] += starts[i];
     }
-    let mut order = vec![0usize; writes.len()];
+    let mut order: Few<usize> = smallvec::smallvec![0; writes.len()];
     let mut next = starts.clone();
     for (k, w) in writes.iter().enumerate() {
         order[next[w.0]] = k;
@@ -320,7 +336,7 @@ mod tests {
             }
         }
         let (starts, order) = write_order(&writes, 3);
-        assert_eq!(starts, [0, 70, 80, 80]);
+        assert_eq!(starts.as_slice(), [0, 70, 80, 80]);
         for i in 0..3 {
             let run = &order[starts[i]..starts[i + 1]];
             assert!(run.iter().all(|&k| writes[k].0 == i));

@@ -83,6 +83,14 @@ pub(crate) fn push_bounded<T: PartialEq>(list: &mut Vec<T>, item: T) {
     }
 }
 
+/// [`push_bounded`] for a name, copied only when it is added (a full list, or one that has
+/// it, costs no allocation: the `dlopen` path reports into lists that fill up early).
+pub(crate) fn push_name_bounded(list: &mut Vec<String>, name: &str) {
+    if list.len() < MAX_ENTRIES && !list.iter().any(|n| n == name) {
+        list.push(name.to_owned());
+    }
+}
+
 impl std::fmt::Display for Diagnostics {
     /// One finding per line, `kind detail`, stable for tools to parse.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

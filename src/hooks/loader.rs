@@ -9,7 +9,7 @@ use std::ops::ControlFlow;
 use crate::elf::LoadedObject;
 use crate::sys::dl::{self, Handle, Listed};
 
-pub(crate) use crate::sys::dl::{auxv, lookup_global, object_at};
+pub(crate) use crate::sys::dl::{lookup_global, object_at, vdso_and_interpreter};
 
 /// A reference that keeps an object loaded while the engine reads or writes it: our own
 /// (`dlopen(RTLD_NOLOAD)`, closed on drop) or borrowed from a caller that holds one.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::elf::{ObjectIndex, Slot};
 
 use super::batch::Batch;
-use super::engine::Known;
+use super::engine::KnownAt;
 use super::loader::{lookup_global, Pin};
 use super::set::Hook;
 
@@ -26,7 +26,7 @@ pub(super) struct Resolver<'a> {
     /// the function but jump through a GOT slot we may have patched.
     pub canonical: Vec<usize>,
     /// Every known object, for the rare search behind a canonical entry.
-    known: Option<&'a HashMap<usize, Vec<Known>>>,
+    known: Option<&'a HashMap<usize, KnownAt>>,
 }
 
 impl<'a> Resolver<'a> {
@@ -34,7 +34,7 @@ impl<'a> Resolver<'a> {
         hook: &'a Hook,
         batch: &'a Batch,
         canonical: &[Arc<ObjectIndex>],
-        known: Option<&'a HashMap<usize, Vec<Known>>>,
+        known: Option<&'a HashMap<usize, KnownAt>>,
     ) -> Self {
         let canonical = canonical
             .iter()

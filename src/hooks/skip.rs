@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::elf::LoadedObject;
 
-use super::loader::auxv;
+use super::loader::vdso_and_interpreter;
 
 /// Why an object is not patched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub fn skip_reason(obj: &LoadedObject, exclude: &[String]) -> Option<SkipReason>
     if obj.contains(self_address()) {
         return Some(SkipReason::SelfObject);
     }
-    let vdso = auxv(libc::AT_SYSINFO_EHDR);
+    let (vdso, interp) = vdso_and_interpreter();
     if (vdso != 0 && obj.contains(vdso))
         || obj.name.starts_with("linux-vdso")
         || obj.name.starts_with("linux-gate")
@@ -69,7 +69,6 @@ pub fn skip_reason(obj: &LoadedObject, exclude: &[String]) -> Option<SkipReason>
         return Some(SkipReason::Vdso);
     }
     let file = obj.name.rsplit('/').next().unwrap_or("");
-    let interp = auxv(libc::AT_BASE);
     if (interp != 0 && obj.contains(interp))
         || file.starts_with("ld-linux")
         || file.starts_with("ld64.so")

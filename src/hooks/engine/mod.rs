@@ -40,6 +40,10 @@ pub(super) struct Known {
     link_map: usize,
 }
 
+/// The known objects at one load bias: nearly always one (kept inline, no allocation per
+/// object), several only while a reloaded object's old entry is still being replaced.
+pub(crate) type KnownAt = smallvec::SmallVec<[Known; 1]>;
+
 /// Everything the engine knows, behind the patch lock ([`Operation`]).
 pub(crate) struct State {
     /// Installed sets, oldest first (a later set stacks on an earlier one's hooks).
@@ -47,7 +51,7 @@ pub(crate) struct State {
     /// Every slot written: where, what was there, which set wrote it (for restore and listings).
     pub(crate) journal: Journal,
     /// Every object seen in the loader's list, by load bias (then name).
-    known: Option<HashMap<usize, Vec<Known>>>,
+    known: Option<HashMap<usize, KnownAt>>,
     /// link map → load bias of the known object, for `dlclose`.
     by_link_map: Option<HashMap<usize, usize>>,
     /// Indexes with canonical PLT imports (non-PIE executables), which every resolution checks.

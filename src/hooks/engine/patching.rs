@@ -7,8 +7,8 @@ use std::sync::Arc;
 use crate::elf::{ObjectIndex, Slot};
 use crate::patch::{JournalEntry, ProtectionMap, SlotWrite};
 
-use crate::hooks::batch::Batch;
-use crate::hooks::diagnostics::{push_bounded, Conflict};
+use crate::hooks::batch::{few, Batch, Few};
+use crate::hooks::diagnostics::{push_bounded, push_name_bounded, Conflict};
 use crate::hooks::resolver::{matters, Resolver};
 use crate::hooks::set::Hook;
 
@@ -39,22 +39,18 @@ impl State {
         if batch.is_empty() {
             return 0;
         }
-        let ids: Vec<u64> = self.sets.iter().map(|s| s.id).collect();
+        let ids = few(self.sets.iter().map(|s| s.id));
         let mark = self.journal.mark();
         let patched = self.patch_batch(&ids, &mut batch);
-        let late: Vec<String> = self
-            .journal
-            .since(mark)
-            .filter(|e| {
-                batch
-                    .objects
-                    .iter()
-                    .any(|n| Arc::ptr_eq(&n.object, &e.object) && n.has_constructors)
-            })
-            .map(|e| e.object.display_name().to_owned())
-            .collect();
-        for name in late {
-            push_bounded(&mut self.diag.constructors_before_patch, name);
+        let late = &mut self.diag.constructors_before_patch;
+        for e in self.journal.since(mark) {
+            if batch
+                .objects
+                .iter()
+                .any(|n| Arc::ptr_eq(&n.object, &e.object) && n.has_constructors)
+            {
+                push_name_bounded(late, e.object.display_name());
+            }
         }
         patched
     }
@@ -73,7 +69,7 @@ impl State {
         if batch.is_empty() {
             return 0;
         }
-        let sets: Vec<(u64, Arc<[Hook]>)> = set_ids
+        let sets: Few<(u64, Arc<[Hook]>)> = set_ids
             .iter()
             .filter_map(|&id| {
                 let s = self.sets.iter().find(|s| s.id == id)?;
@@ -82,26 +78,34 @@ impl State {
             .collect();
         // Every slot of every hook, found once: (hook number, object, slot), by hook, then
         // object (the planning walks them in that order).
-        let mut found: Vec<(usize, usize, Slot)> = Vec::new();
+        let mut found: Few<(usize, usize, Slot)> = Few::new();
+        if batch.objects.len() > 1 {
+            // Many objects (an install): room for about a slot each, so extending rarely grows.
+            found.reserve(batch.objects.len());
+        }
         let mut hook_number = 0;
         for (_, hooks) in &sets {
             for hook in hooks.iter() {
                 let (symbol, version) = (hook.symbol(), hook.version());
                 for (i, idx) in batch.objects.iter().enumerate() {
-                    found.extend(idx.slots(symbol, version).map(|s| (hook_number, i, s)));
+                    // One push per slot: `SmallVec::extend` costs ≈ 90 instructions a call
+                    // even for the empty iterator most objects give (7,000 calls at install).
+                    for s in idx.slots(symbol, version) {
+                        found.push((hook_number, i, s));
+                    }
                 }
                 hook_number += 1;
             }
         }
         // Every slot value the plans need, read in one pass.
-        let mut slots: Vec<(usize, usize)> = found.iter().map(|f| (f.1, f.2.address)).collect();
+        let mut slots = few(found.iter().map(|f| (f.1, f.2.address)));
         for i in batch.read_values(&mut slots) {
             push_bounded(
                 &mut self.diag.unpinnable,
                 batch.objects[i].object.display_name().to_owned(),
             );
         }
-        let mut plans = Vec::new();
+        let mut plans = Few::new();
         let mut rest = &found[..];
         hook_number = 0;
         for (id, hooks) in &sets {
@@ -123,7 +127,7 @@ impl State {
         hook: &'h Hook,
         found: &[(usize, usize, Slot)],
         batch: &Batch,
-        plans: &mut Vec<Plan<'h>>,
+        plans: &mut Few<Plan<'h>>,
     ) {
         let symbol = hook.symbol();
         if found.is_empty() && hook.original.get() != 0 {
@@ -207,7 +211,7 @@ impl State {
         }
     }
 
-    fn write(&mut self, plans: Vec<Plan>, batch: &Batch) -> usize {
+    fn write(&mut self, plans: Few<Plan>, batch: &Batch) -> usize {
         let maps = match ProtectionMap::for_addresses(plans.iter().map(|p| p.slot.address)) {
             Ok(m) => m,
             Err(e) => {
@@ -215,20 +219,17 @@ impl State {
                 return 0;
             }
         };
-        let mut expected: Vec<usize> = plans.iter().map(|p| p.expected).collect();
-        let mut pending: Vec<usize> = (0..plans.len()).collect();
-        let mut fresh = Vec::new();
+        let mut expected = few(plans.iter().map(|p| p.expected));
+        let mut pending = few(0..plans.len());
+        let mut fresh = Few::new();
         // One retry: a concurrent lazy-binding resolution may have just filled the slot.
         for attempt in 0..2 {
-            let writes: Vec<(usize, usize, usize, usize)> = pending
-                .iter()
-                .map(|&k| {
-                    let p = &plans[k];
-                    (p.object, p.slot.address, expected[k], p.hook.replacement)
-                })
-                .collect();
+            let writes: Few<(usize, usize, usize, usize)> = few(pending.iter().map(|&k| {
+                let p = &plans[k];
+                (p.object, p.slot.address, expected[k], p.hook.replacement)
+            }));
             let outcomes = batch.write(&maps, &writes);
-            let mut retry = Vec::new();
+            let mut retry = Few::new();
             for (&k, outcome) in pending.iter().zip(outcomes) {
                 let p = &plans[k];
                 let name = batch.objects[p.object].object.display_name();
@@ -288,7 +289,7 @@ impl State {
             return;
         }
         // The original each slot would hold if a resolver overwrote our hook.
-        let writes: Vec<(usize, usize, usize, usize)> = fresh
+        let writes: Few<(usize, usize, usize, usize)> = few(fresh
             .iter()
             .map(|&k| {
                 let p = &plans[k];
@@ -299,8 +300,7 @@ impl State {
                     p.hook.replacement,
                 )
             })
-            .filter(|w| w.2 != 0)
-            .collect();
+            .filter(|w| w.2 != 0));
         // A compare-and-write of original → hook: writes only where the original is back.
         for (w, outcome) in writes.iter().zip(batch.write(maps, &writes)) {
             if let Some(Ok((found, restored))) = outcome {
