@@ -231,6 +231,26 @@ fn judge(run: &Run, path: &Path) -> Vec<(String, Option<String>)> {
         let events = std::mem::take(&mut pending);
         let want_api = (path.api)(&symbol);
         let problem = match kind {
+            // A free the driver refused: announced before the call, then taken back (the range
+            // announced again, flagged EXISTING).
+            "refused" if rc == "0" => Some("call succeeded, want a refusal".to_owned()),
+            "refused" => match events.as_slice() {
+                [f, a]
+                    if f.kind == "free"
+                        && a.kind == "alloc"
+                        && f.addr == addr
+                        && a.addr == addr
+                        && f.size == size
+                        && a.size == size
+                        && f.api == want_api
+                        && a.flags & 0x20 != 0 =>
+                {
+                    None
+                }
+                _ => Some(format!(
+                    "want the free and its EXISTING re-announcement, got {events:?}"
+                )),
+            },
             "none" if events.is_empty() => None,
             "none" => Some(format!("expected no event, got {events:?}")),
             k if EVENT_KINDS.contains(&k) && rc != "0" => Some(format!("call failed rc={rc}")),

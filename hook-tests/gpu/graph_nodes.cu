@@ -140,14 +140,29 @@ int main() {
     CHECK("nodes_runtime_free_unregistered", e == cudaSuccess && node_size((CUdeviceptr)(uintptr_t)rp.dptr, NULL) == 0,
           "err=%d registered %zu", (int)e, node_size((CUdeviceptr)(uintptr_t)rp.dptr, NULL));
 
-    // A refused node registers nothing.
+    // A refused allocation node registers nothing, whatever its output holds (a stale address
+    // here, on a device that does not exist).
+    const CUdeviceptr stale = (CUdeviceptr)0x7e0000000000ull;
     CUDA_MEM_ALLOC_NODE_PARAMS bad = ap;
-    bad.bytesize = 0;
-    bad.dptr = 0;
+    bad.poolProps.location.id = 99;
+    bad.dptr = stale;
     CUgraphNode bad_node;
     rc = cuGraphAddMemAllocNode(&bad_node, g, NULL, 0, &bad);
-    CHECK("nodes_refused_silent", rc != CUDA_SUCCESS && (bad.dptr == 0 || node_size(bad.dptr, NULL) == 0), "rc=%d dptr=%#llx",
-          rc, (unsigned long long)bad.dptr);
+    cuhook_mem_info_t probe;
+    int registered = cuhook.lookup((const void *)(uintptr_t)stale, 1, &probe) == 0 ||
+                     (bad.dptr != stale && bad.dptr && cuhook.lookup((const void *)(uintptr_t)bad.dptr, 1, &probe) == 0);
+    CHECK("nodes_refused_silent", rc != CUDA_SUCCESS && !registered, "rc=%d dptr=%#llx registered=%d", rc,
+          (unsigned long long)bad.dptr, registered);
+    // A free node of memory no allocation node made: refused by the driver, so the range (its
+    // free announced before the call) is registered again and stays the driver's.
+    CUdeviceptr plain = 0;
+    cuMemAlloc(&plain, 65536);
+    CUgraphNode plain_free;
+    rc = cuGraphAddMemFreeNode(&plain_free, g, NULL, 0, plain);
+    int kept_plain = cuhook.lookup((const void *)(uintptr_t)plain, 1, &probe) == 0 && probe.size == 65536;
+    CHECK("nodes_free_of_plain_memory_refused", rc != CUDA_SUCCESS && kept_plain && driver_size(plain) == 65536,
+          "rc=%d registered=%d driver %zu", rc, kept_plain, driver_size(plain));
+    cuMemFree(plain);
 
     // Run it: the kept allocation is the driver's; the freed ones are not.
     CUstream s;

@@ -27,10 +27,18 @@ pub unsafe fn alloc_node(api: &'static CStr, params: *const MemAllocNodeParams) 
     if params.is_null() {
         return;
     }
-    // SAFETY: non-null, filled by the driver (caller); a plain-integer view of the struct.
-    let p = unsafe { *params };
-    let device = (p.location_type == MEM_LOCATION_DEVICE).then_some(p.location_id);
-    emit::graph_alloc(api, p.dptr as usize, p.bytesize, device);
+    // SAFETY: non-null, filled by the driver (caller). Only the fields needed are read, one by
+    // one (the reserved bytes the caller may have left unset are never copied).
+    let (location_type, location_id, bytesize, dptr) = unsafe {
+        (
+            (*params).location_type,
+            (*params).location_id,
+            (*params).bytesize,
+            (*params).dptr,
+        )
+    };
+    let device = (location_type == MEM_LOCATION_DEVICE).then_some(location_id);
+    emit::graph_alloc(api, dptr as usize, bytesize, device);
 }
 
 /// Before a `cuGraphAddNode*`: a memory free node announces its free (see
