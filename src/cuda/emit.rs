@@ -262,6 +262,10 @@ pub fn imported(api: &'static CStr, address: usize, extra_flags: u32, pool: usiz
 /// every launch, flagged GRAPH (no stream), on the device the node names (its pool properties'
 /// location; the current context's device when it names none). The context is the current one
 /// when it is on that device, else unknown (0): graph memory belongs to a device.
+///
+/// Its body repeats `alloc`'s on purpose: sharing one (a device parameter, or the check and
+/// the publishing as helpers) made the hot path 6–7 instructions longer per pair, counted
+/// three ways with `benches/callgrind.sh`.
 #[cold]
 pub fn graph_alloc(api: &'static CStr, address: usize, size: usize, device: Option<i32>) {
     if address == 0 || size == 0 {
