@@ -11,13 +11,7 @@
 extern "C" {
 #include "cuhook_api.h"
 }
-
-// The driver's size of the allocation at p, or 0 when it has none.
-static size_t driver_size(CUdeviceptr p) {
-    CUdeviceptr base = 0;
-    size_t size = 0;
-    return cuMemGetAddressRange(&base, &size, p) == CUDA_SUCCESS ? size : 0;
-}
+#include "driver_check.h"
 
 // The registry's size for p when it holds p flagged GRAPH, else 0.
 static size_t graph_size(CUdeviceptr p) {
@@ -70,15 +64,7 @@ static void scenario(const char *tag, unsigned long long flags, int launches) {
 }
 
 int main() {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    cuInit(0);
-    CUdevice d;
-    cuDeviceGet(&d, 0);
-    CUcontext ctx;
-    cuDevicePrimaryCtxRetain(&ctx, d);
-    cuCtxSetCurrent(ctx);
-    cuhook_load();
-    CHECK("graph_install", cuhook.cuda_install() == 0, "-");
+    start_installed("graph_install");
     scenario("graph_once", 0, 1);
     scenario("graph_autofree", CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, 3);
     printf("graph: %d failure(s)\n", failures);

@@ -14,13 +14,7 @@
 extern "C" {
 #include "cuhook_api.h"
 }
-
-// The driver's size of the allocation at p, or 0 when it has none.
-static size_t driver_size(CUdeviceptr p) {
-    CUdeviceptr base = 0;
-    size_t size = 0;
-    return cuMemGetAddressRange(&base, &size, p) == CUDA_SUCCESS ? size : 0;
-}
+#include "driver_check.h"
 
 // The registry's entry for p: its size when it starts at p, is flagged GRAPH and not
 // STREAM_ORDERED and is on device 0, else 0.
@@ -39,15 +33,7 @@ static size_t node_size(CUdeviceptr p, const char **api) {
 }
 
 int main() {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    cuInit(0);
-    CUdevice d;
-    cuDeviceGet(&d, 0);
-    CUcontext ctx;
-    cuDevicePrimaryCtxRetain(&ctx, d);
-    cuCtxSetCurrent(ctx);
-    cuhook_load();
-    CHECK("nodes_install", cuhook.cuda_install() == 0, "-");
+    CUcontext ctx = start_installed("nodes_install");
     // The static runtime fetches its driver pointers at its first call: after install, so that
     // they are mapped to the hooks.
     cudaSetDevice(0);
