@@ -12,7 +12,8 @@ use crate::elf;
 use crate::sys::dl;
 
 /// The object (its link map, as a number) whose loaded segments contain `address`, as glibc
-/// attributes addresses to objects.
+/// attributes addresses to objects. (Only the x86_64 entry "as the caller" needs it.)
+#[cfg(target_arch = "x86_64")]
 pub fn object_of(address: usize) -> Option<usize> {
     dl::link_map_containing(address).map(|m| m as usize)
 }
