@@ -454,6 +454,22 @@ fn late_install_free_sized_up_front() {
     ]);
 }
 
+/// A graph allocation node on a peer device is registered on that device, without the current
+/// context (which belongs to another device); on the current device it keeps the context.
+#[test]
+fn graph_allocation_node_on_a_peer_device() {
+    run_fixture(
+        "app_cov_drv_lazy",
+        &["graph_peer"],
+        &[("FAKECUDA_DEVICES", "2")],
+    )
+    .assert_passed(&[
+        "graph_peer_installed",
+        "graph_peer_device",
+        "graph_current_device",
+    ]);
+}
+
 /// Branch protection (aarch64): every driver-app path of the matrix again, with the app and the
 /// fake driver built with BTI + PAC and BTI-marked, so their pages are guarded (hook-tests/bti.rs
 /// proves the guard is enforced here). The hooks call the driver through pointers: its entry
