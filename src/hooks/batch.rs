@@ -86,13 +86,15 @@ pub(crate) type Outcome = Result<(SlotWrite, Result<(), LeftWritable>), WriteFai
 /// A list with room for what one object's operation needs (a `dlopen` of one library patches
 /// a handful of slots) kept inline: that path allocates nothing for its bookkeeping. Longer
 /// lists (an install into many objects) live on the heap as a `Vec` would.
-pub(crate) type Few<T> = SmallVec<[T; 8]>;
+pub(crate) type Few<T> = SmallVec<[T; FEW]>;
+/// The inline room of a [`Few`].
+const FEW: usize = 8;
 
 /// Collect into a [`Few`]: inline when it fits; a longer list through a `Vec`, which fills from
 /// a sized iterator in place (`SmallVec` would push element by element past its inline room).
 pub(crate) fn few<T>(items: impl Iterator<Item = T>) -> Few<T> {
     match items.size_hint() {
-        (_, Some(n)) if n <= 8 => items.collect(),
+        (_, Some(n)) if n <= FEW => items.collect(),
         _ => SmallVec::from_vec(items.collect()),
     }
 }

@@ -419,7 +419,7 @@ where
 }
 
 /// `getauxval`, for locating the vDSO and the dynamic loader.
-pub(crate) fn auxv(kind: libc::c_ulong) -> usize {
+fn auxv(kind: libc::c_ulong) -> usize {
     // SAFETY: getauxval has no preconditions.
     unsafe { libc::getauxval(kind) as usize }
 }

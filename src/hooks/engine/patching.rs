@@ -100,9 +100,9 @@ impl State {
         // Every slot value the plans need, read in one pass.
         let mut slots = few(found.iter().map(|f| (f.1, f.2.address)));
         for i in batch.read_values(&mut slots) {
-            push_bounded(
+            push_name_bounded(
                 &mut self.diag.unpinnable,
-                batch.objects[i].object.display_name().to_owned(),
+                batch.objects[i].object.display_name(),
             );
         }
         let mut plans = Few::new();
@@ -239,7 +239,7 @@ impl State {
                     left.log(name, p.slot.address);
                 }
                 match outcome {
-                    None => push_bounded(&mut self.diag.unpinnable, name.to_owned()),
+                    None => push_name_bounded(&mut self.diag.unpinnable, name),
                     Some(Ok((SlotWrite::Written { protection }, _))) => {
                         self.journal.record(JournalEntry {
                             set_id: p.set_id,

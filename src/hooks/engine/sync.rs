@@ -11,7 +11,7 @@ use crate::elf::{self, LoadedObject, ObjectIndex};
 use crate::Result;
 
 use crate::hooks::batch::{self, Batch};
-use crate::hooks::diagnostics::push_bounded;
+use crate::hooks::diagnostics::{push_bounded, push_name_bounded};
 use crate::hooks::loader::{object_at, Pin};
 use crate::hooks::resolver::matters;
 use crate::hooks::skip::{exclude_list, skip_reason};
@@ -212,7 +212,7 @@ impl State {
             } else {
                 let Some(pin) = Pin::object(&obj) else {
                     // Gone already, or not reachable by name: never read it.
-                    push_bounded(&mut self.diag.unpinnable, obj.display_name().to_owned());
+                    push_name_bounded(&mut self.diag.unpinnable, obj.display_name());
                     continue;
                 };
                 (self.admit(obj, 0, &exclude), Some(pin))
