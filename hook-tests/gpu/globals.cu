@@ -38,6 +38,12 @@ static void expect_global(const char *name, const void *p, size_t size, int type
           rc ? "-" : info.api);
 }
 
+static void expect_api(const char *name, const void *p, const char *api) {
+    cuhook_mem_info_t info;
+    int rc = cuhook.lookup(p, 1, &info);
+    CHECK(name, rc == 0 && !strcmp(info.api, api), "rc=%d api=%s", rc, rc ? "-" : info.api);
+}
+
 static void expect_gone(const char *name, const void *p) {
     cuhook_mem_info_t info;
     int rc = cuhook.lookup(p, 1, &info);
@@ -66,8 +72,11 @@ int main() {
     CHECK("symbol_repeat_silent", pd2 == pd && global_allocs == before, "allocs %d -> %d", before, global_allocs);
     cudaGetSymbolAddress(&pc, c_table);
     expect_global("symbol_constant_registered", pc, sizeof c_table, CUHOOK_MEM_TYPE_CUDA);
+    // The runtime learns a __managed__ address at load through no public call: cuhook read the
+    // loaded fatbin for the variable's name and registered it at cuLibraryLoadData.
     cudaGetSymbolAddress(&pm, m_shared);
     expect_global("symbol_managed_registered", pm, sizeof m_shared, CUHOOK_MEM_TYPE_CUDA_MANAGED);
+    expect_api("symbol_managed_at_load", pm, "cuLibraryLoadData");
     m_shared[0] = 100;
     float table[16] = {0, 5};
     cudaMemcpyToSymbol(c_table, table, sizeof table);
@@ -90,6 +99,7 @@ int main() {
     CHECK("module_repeat_silent", g2 == g && global_allocs == before, "allocs %d -> %d", before, global_allocs);
     cuModuleGetGlobal(&m, &ms, mod, "mvar");
     expect_global("module_managed_registered", (void *)(uintptr_t)m, 256, CUHOOK_MEM_TYPE_CUDA_MANAGED);
+    expect_api("module_managed_at_load", (void *)(uintptr_t)m, "cuModuleLoadData");
     int frees = purged_frees;
     r = cuModuleUnload(mod);
     CHECK("module_unloaded", r == CUDA_SUCCESS && purged_frees == frees + 2, "rc=%d purged %d -> %d", r, frees, purged_frees);
@@ -104,15 +114,28 @@ int main() {
     r = cuLibraryGetManaged(&m, &ms, lib, "mvar");
     CHECK("library_managed_found", r == CUDA_SUCCESS, "rc=%d", r);
     expect_global("library_managed_registered", (void *)(uintptr_t)m, 256, CUHOOK_MEM_TYPE_CUDA_MANAGED);
+    expect_api("library_managed_at_load", (void *)(uintptr_t)m, "cuLibraryLoadData");
     r = cuLibraryUnload(lib);
     CHECK("library_unloaded", r == CUDA_SUCCESS, "rc=%d", r);
     expect_gone("library_global_gone", (void *)(uintptr_t)g);
     expect_gone("library_managed_gone", (void *)(uintptr_t)m);
 
-    // Device reset destroys the primary context: the runtime's symbols leave with it.
+    // Device reset destroys the primary context: the runtime's device symbols leave with it. A
+    // library's __managed__ variable does not: the driver keeps its range (and contents), and
+    // the runtime hands the same address out again.
     cudaDeviceReset();
     expect_gone("symbol_device_gone_after_reset", pd);
-    expect_gone("symbol_managed_gone_after_reset", pm);
+    expect_global("symbol_managed_kept_after_reset", pm, sizeof m_shared, CUHOOK_MEM_TYPE_CUDA_MANAGED);
+    before = global_allocs;
+    void *pm2 = NULL;
+    cudaGetSymbolAddress(&pm2, m_shared);
+    CUdeviceptr mbase = 0;
+    size_t msize = 0;
+    CUresult mr = cuMemGetAddressRange(&mbase, &msize, (CUdeviceptr)(uintptr_t)pm);
+    CHECK("symbol_managed_same_after_reset",
+          pm2 == pm && m_shared[0] == 100 && mr == CUDA_SUCCESS && msize == sizeof m_shared && global_allocs == before,
+          "pm=%p pm2=%p value=%d driver rc=%d size=%zu allocs %d -> %d", pm, pm2, m_shared[0], mr, msize, before,
+          global_allocs);
     printf("info global_allocs=%d global_frees=%d\n", global_allocs, global_frees);
     printf("summary failures=%d\n", failures);
     return failures ? 1 : 0;

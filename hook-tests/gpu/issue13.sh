@@ -6,9 +6,14 @@
 set -u
 source "$(dirname "$0")/common.sh"
 status=0
-for prog in globals late_free ipc graph graph_nodes; do
+# Each build: its name, the source, extra nvcc options. The globals check also runs with
+# zstd-compressed cubins (the reader decodes them) and with the shared runtime.
+for build in globals globals_zstd:globals:--compress-mode=size "globals_shared:globals:-cudart shared" \
+        late_free ipc graph graph_nodes; do
+    IFS=: read -r prog src opts <<< "$build"
     echo "### $prog"
-    if ! nvcc -O2 -arch=native "${inc[@]}" -o "$out/$prog" "$here/$prog.cu" -lcuda -ldl -lpthread; then
+    # shellcheck disable=SC2086 # the options are words
+    if ! nvcc -O2 -arch=native $opts "${inc[@]}" -o "$out/$prog" "$here/${src:-$prog}.cu" -lcuda -ldl -lpthread; then
         echo "check build_$prog FAIL"; status=1; continue
     fi
     # The programs install cuhook themselves (CUHOOK_DISABLE keeps the constructor out of it).

@@ -205,13 +205,28 @@ pub fn purge_before(api: &'static CStr, pred: impl Fn(&Allocation) -> bool) -> P
     Pending::Purged(ManuallyDrop::new(purged))
 }
 
+/// Who handed a global out, which decides its memory type and what ends it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Global {
+    /// A module's global (`cuModuleGetGlobal*`), or a library's device global
+    /// (`cuLibraryGetGlobal`): managed when the driver says so; it lives in the current
+    /// context, so that context's destruction or reset ends it.
+    InContext,
+    /// A module's `__managed__` variable (the module was loaded into the current context).
+    ModuleManaged,
+    /// A library's `__managed__` variable: a library belongs to no context, and its managed
+    /// variables keep their memory (and contents) through a reset of the device's primary
+    /// context (measured on the H200, `docs/gpu-results.md`), so it is registered without a
+    /// context and only the library's unload ends it.
+    LibraryManaged,
+}
+
 /// Announce a module or library global whose address the driver just handed out, once: a
 /// repeated query of the same global (same start and size, flagged GLOBAL) changes nothing and
-/// dispatches nothing. Its memory type is managed when the query was `cuLibraryGetManaged` or
-/// the driver says the address is managed (`__managed__` module globals); `pool` records the
-/// owner, whose unload removes it.
+/// dispatches nothing. `owner` (recorded as the range's `pool`) is the module or library whose
+/// unload removes it.
 #[cold]
-pub fn global(api: &'static CStr, address: usize, size: usize, owner: usize, managed: bool) {
+pub fn global(api: &'static CStr, address: usize, size: usize, owner: usize, kind: Global) {
     if address == 0 || !registry::attached() {
         return;
     }
@@ -228,13 +243,26 @@ pub fn global(api: &'static CStr, address: usize, size: usize, owner: usize, man
             return;
         }
     }
-    let managed = managed || query::is_managed(address);
-    let mem_type = if managed {
-        MemType::CudaManaged
-    } else {
-        MemType::Cuda
-    };
-    alloc_rare(api, mem_type, address, size, flags::GLOBAL, owner);
+    match kind {
+        Global::LibraryManaged => {
+            let mut ev = MemEvent::new(EventKind::Alloc, address, size, api);
+            ev.mem_type = MemType::CudaManaged;
+            ev.flags = flags::GLOBAL;
+            ev.pool = owner;
+            publish(&ev);
+        }
+        Global::ModuleManaged => {
+            alloc_rare(api, MemType::CudaManaged, address, size, flags::GLOBAL, owner)
+        }
+        Global::InContext => {
+            let mem_type = if query::is_managed(address) {
+                MemType::CudaManaged
+            } else {
+                MemType::Cuda
+            };
+            alloc_rare(api, mem_type, address, size, flags::GLOBAL, owner)
+        }
+    }
 }
 
 /// Announce memory another process exported, now opened or imported here: its size, type and
@@ -292,6 +320,16 @@ pub fn graph_alloc(api: &'static CStr, address: usize, size: usize, device: Opti
     }
     if subscribed {
         events::dispatch(&ev);
+    }
+}
+
+/// Registers and dispatches an alloc event built by a rare path.
+fn publish(ev: &MemEvent) {
+    if registry::attached() {
+        registry::global().insert(Allocation::from_event(ev));
+    }
+    if events::has_subscribers() {
+        events::dispatch(ev);
     }
 }
 

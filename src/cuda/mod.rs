@@ -6,14 +6,18 @@ mod abi;
 mod capture;
 pub mod classify;
 mod emit;
+mod fatbin;
 mod graph;
 mod imported;
+mod loaded;
 mod procaddress;
 mod query;
 mod resolve;
 mod table;
 
 pub use classify::{classify, Classification, Source};
+pub use fatbin::ManagedScan;
+pub use loaded::set_managed_scan;
 pub use procaddress::LookupCounts;
 pub use table::{Group, HookInfo, HOOKS};
 

@@ -15,9 +15,10 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 
 use super::abi::*;
 use super::capture;
-use super::emit::{self, Pending};
+use super::emit::{self, Global, Pending};
 use super::graph;
 use super::imported;
+use super::loaded;
 use super::procaddress;
 use super::resolve;
 use crate::events::{flags, HookGuard, MemType};
@@ -37,6 +38,8 @@ pub enum Group {
     DriverTeardown,
     /// Module and library globals: handed out by `cuModuleGetGlobal`, ..., gone at unload.
     DriverModule,
+    /// Module and library loads: the `__managed__` variables of the code they load.
+    DriverLoad,
     /// Memory of another process opened or imported here (`cuIpcOpenMemHandle`, ...).
     DriverImport,
     /// Stream capture begin and end: counted, so stream-ordered hooks know when to ask.
@@ -59,6 +62,7 @@ impl Group {
             Group::DriverHost => "driver host",
             Group::DriverTeardown => "driver teardown",
             Group::DriverModule => "driver module globals",
+            Group::DriverLoad => "driver module loads",
             Group::DriverImport => "driver imported memory",
             Group::DriverCapture => "driver stream capture",
             Group::DriverGraph => "driver graph memory nodes",
@@ -149,9 +153,10 @@ macro_rules! cuda_hooks {
                     // SAFETY: ORIGINAL holds the address of the real `$sym`, same signature.
                     let real = unsafe { crate::sys::func::fn_at::<unsafe extern "C" fn($($ty),*) -> $ret>(real) };
                     // Lookups are mapped at every depth (the runtime resolves the driver from
-                    // inside hooked calls), and captures counted at every depth; only memory
-                    // hooks need the outermost-call guard.
-                    let guard = if matches!(Group::$group, Group::Resolution | Group::DriverCapture) { None } else {
+                    // inside hooked calls), captures counted and loaded code read at every depth
+                    // (the runtime loads its libraries inside the hooked call that starts it);
+                    // only memory hooks need the outermost-call guard.
+                    let guard = if matches!(Group::$group, Group::Resolution | Group::DriverCapture | Group::DriverLoad) { None } else {
                         match HookGuard::enter(API) {
                             Some(g) => Some(g),
                             // SAFETY: the caller's own arguments, to the real function.
@@ -270,14 +275,22 @@ cuda_hooks! {
 
     // ---- driver, module and library globals ------------------------------------------------
     cuModuleGetGlobal_v2 [DriverModule, "cuModuleGetGlobal"] (dptr: *mut CUdeviceptr, bytes: *mut usize, module: CUmodule, name: *const c_char) -> CUresult,
-        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), module as usize, false);
+        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), module as usize, Global::InContext);
     /// The pre-3.2 ABI: 32-bit pointer and size.
     cuModuleGetGlobal [DriverModule, "cuModuleGetGlobal"] (dptr: *mut c_uint, bytes: *mut c_uint, module: CUmodule, name: *const c_char) -> CUresult,
-        after => emit::global(API, out(dptr), out(bytes), module as usize, false);
+        after => emit::global(API, out(dptr), out(bytes), module as usize, Global::InContext);
     cuLibraryGetGlobal [DriverModule, "cuLibraryGetGlobal"] (dptr: *mut CUdeviceptr, bytes: *mut usize, library: CUlibrary, name: *const c_char) -> CUresult,
-        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), library as usize, false);
+        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), library as usize, Global::InContext);
     cuLibraryGetManaged [DriverModule, "cuLibraryGetManaged"] (dptr: *mut CUdeviceptr, bytes: *mut usize, library: CUlibrary, name: *const c_char) -> CUresult,
-        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), library as usize, true);
+        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), library as usize, Global::LibraryManaged);
+    cuLibraryLoadData [DriverLoad, "cuLibraryLoadData"] (library: *mut CUlibrary, code: *const c_void, jit_options: *mut c_int, jit_values: *mut *mut c_void, jit_count: c_uint, options: *mut c_int, values: *mut *mut c_void, count: c_uint) -> CUresult,
+        after => loaded::library_loaded(API, out_ptr(library.cast()), code);
+    cuModuleLoadData [DriverLoad, "cuModuleLoadData"] (module: *mut CUmodule, image: *const c_void) -> CUresult,
+        after => loaded::module_loaded(API, out_ptr(module.cast()), image);
+    cuModuleLoadDataEx [DriverLoad, "cuModuleLoadDataEx"] (module: *mut CUmodule, image: *const c_void, count: c_uint, options: *mut c_int, values: *mut *mut c_void) -> CUresult,
+        after => loaded::module_loaded(API, out_ptr(module.cast()), image);
+    cuModuleLoadFatBinary [DriverLoad, "cuModuleLoadFatBinary"] (module: *mut CUmodule, fat_cubin: *const c_void) -> CUresult,
+        after => loaded::module_loaded(API, out_ptr(module.cast()), fat_cubin);
     cuModuleUnload [DriverModule, "cuModuleUnload"] (module: CUmodule) -> CUresult,
         before => emit::unload_before(API, module as usize);
     cuLibraryUnload [DriverModule, "cuLibraryUnload"] (library: CUlibrary) -> CUresult,

@@ -27,6 +27,9 @@ pub struct Config {
     pub trace: Option<OsString>,
     /// `CUHOOK_EXCLUDE=<comma-separated object-name substrings>`.
     pub exclude: Vec<String>,
+    /// `CUHOOK_SCAN_MANAGED=all|stored|off`: which loaded device code is read for
+    /// `__managed__` variables.
+    pub managed_scan: crate::cuda::ManagedScan,
 }
 
 impl Default for Config {
@@ -37,6 +40,7 @@ impl Default for Config {
             report: None,
             trace: None,
             exclude: Vec::new(),
+            managed_scan: crate::cuda::ManagedScan::All,
         }
     }
 }
@@ -109,6 +113,16 @@ impl Config {
                 .map(str::to_owned)
                 .collect();
         }
+        if let Some(v) = text("CUHOOK_SCAN_MANAGED") {
+            match crate::cuda::ManagedScan::parse(&v) {
+                Some(scan) => c.managed_scan = scan,
+                None => warnings.push(Warning {
+                    variable: "CUHOOK_SCAN_MANAGED",
+                    value: v,
+                    accepted: crate::cuda::ManagedScan::NAMES,
+                }),
+            }
+        }
         (c, warnings)
     }
 
@@ -147,8 +161,10 @@ mod tests {
             ("CUHOOK_REPORT", "/tmp/r-%p.txt"),
             ("CUHOOK_TRACE", "/tmp/t.jsonl"),
             ("CUHOOK_EXCLUDE", "libfoo, libbar,,"),
+            ("CUHOOK_SCAN_MANAGED", "stored"),
         ]);
         assert!(w.is_empty(), "{w:?}");
+        assert_eq!(c.managed_scan, crate::cuda::ManagedScan::Stored);
         assert!(c.disabled);
         assert_eq!(c.log, Level::Debug);
         assert_eq!(c.report, Some(ReportTarget::File("/tmp/r-%p.txt".into())));
@@ -166,12 +182,17 @@ mod tests {
             ("CUHOOK_LOG", "loud"),
             ("CUHOOK_DISABLE", "maybe"),
             ("CUHOOK_REPORT", ""),
+            ("CUHOOK_SCAN_MANAGED", "some"),
         ]);
         assert_eq!(c.log, Level::Warn);
         assert!(!c.disabled);
         assert_eq!(c.report, None);
+        assert_eq!(c.managed_scan, crate::cuda::ManagedScan::All);
         let vars: Vec<&str> = w.iter().map(|w| w.variable).collect();
-        assert_eq!(vars, ["CUHOOK_DISABLE", "CUHOOK_LOG", "CUHOOK_REPORT"]);
+        assert_eq!(
+            vars,
+            ["CUHOOK_DISABLE", "CUHOOK_LOG", "CUHOOK_REPORT", "CUHOOK_SCAN_MANAGED"]
+        );
         assert!(w[1].accepted.contains("debug"));
     }
 }

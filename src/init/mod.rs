@@ -92,6 +92,7 @@ pub fn start(config: &Config) -> Result<()> {
         return Ok(());
     }
     crate::hooks::set_exclude_list(config.exclude.iter().cloned());
+    crate::cuda::set_managed_scan(config.managed_scan);
     if let Some(target) = &config.report {
         report::enable_stats()?;
         *REPORT.lock() = Some(target.clone());
