@@ -31,8 +31,10 @@ fn same(symbol: &str) -> &str {
 fn shared_runtime(symbol: &str) -> &str {
     match symbol {
         "cudaGetDriverEntryPoint" => "cuMemAlloc_v2",
-        // The runtime's device variables come from cuLibraryGetGlobal, through its own pointer.
+        // The runtime's device variables come from cuLibraryGetGlobal, through its own pointer;
+        // a managed one is registered when the runtime loads its library.
         "cudaGetSymbolAddress" => "cuLibraryGetGlobal",
+        "cudaGetSymbolAddress(managed)" => "cuLibraryLoadData",
         "cudaGetDriverEntryPointByVersion" => "cuMemAllocAsync_ptsz",
         "cudaGetDriverEntryPoint_ptsz" => "cuMemAllocAsync_ptsz",
         "cudaGetDriverEntryPointByVersion_ptsz" => "cuMemAlloc_v2",
@@ -319,6 +321,7 @@ fn coverage_matrix() {
                 | "check:procaddr_unknown_untouched" => "cuGetProcAddress_v2".to_owned(),
                 "check:procaddr_v1_maps" => "cuGetProcAddress".to_owned(),
                 "cudaGetSymbolAddress" => "cuLibraryGetGlobal".to_owned(),
+                "cudaGetSymbolAddress(managed)" => "cuLibraryLoadData".to_owned(),
                 "cudaGraphAddMemAllocNode" => "cuGraphAddMemAllocNode".to_owned(),
                 "cudaGraphAddMemFreeNode" => "cuGraphAddMemFreeNode".to_owned(),
                 "cudaGraphAddNode" => "cuGraphAddNode_v2".to_owned(),

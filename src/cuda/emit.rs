@@ -251,9 +251,14 @@ pub fn global(api: &'static CStr, address: usize, size: usize, owner: usize, kin
             ev.pool = owner;
             publish(&ev);
         }
-        Global::ModuleManaged => {
-            alloc_rare(api, MemType::CudaManaged, address, size, flags::GLOBAL, owner)
-        }
+        Global::ModuleManaged => alloc_rare(
+            api,
+            MemType::CudaManaged,
+            address,
+            size,
+            flags::GLOBAL,
+            owner,
+        ),
         Global::InContext => {
             let mem_type = if query::is_managed(address) {
                 MemType::CudaManaged

@@ -45,7 +45,15 @@ type GetGlobal = unsafe extern "C" fn(*mut u64, *mut usize, *mut c_void, *const 
 #[cold]
 pub unsafe fn library_loaded(api: &'static CStr, library: usize, code: *const c_void) {
     // SAFETY: the caller's contract.
-    unsafe { loaded(api, library, code, &CU_LIBRARY_GET_MANAGED, Global::LibraryManaged) }
+    unsafe {
+        loaded(
+            api,
+            library,
+            code,
+            &CU_LIBRARY_GET_MANAGED,
+            Global::LibraryManaged,
+        )
+    }
 }
 
 /// A module (`cuModuleLoadData`, `cuModuleLoadDataEx`, `cuModuleLoadFatBinary`) was loaded
@@ -56,7 +64,15 @@ pub unsafe fn library_loaded(api: &'static CStr, library: usize, code: *const c_
 #[cold]
 pub unsafe fn module_loaded(api: &'static CStr, module: usize, image: *const c_void) {
     // SAFETY: the caller's contract.
-    unsafe { loaded(api, module, image, &CU_MODULE_GET_GLOBAL, Global::ModuleManaged) }
+    unsafe {
+        loaded(
+            api,
+            module,
+            image,
+            &CU_MODULE_GET_GLOBAL,
+            Global::ModuleManaged,
+        )
+    }
 }
 
 /// # Safety

@@ -191,7 +191,12 @@ mod tests {
         let vars: Vec<&str> = w.iter().map(|w| w.variable).collect();
         assert_eq!(
             vars,
-            ["CUHOOK_DISABLE", "CUHOOK_LOG", "CUHOOK_REPORT", "CUHOOK_SCAN_MANAGED"]
+            [
+                "CUHOOK_DISABLE",
+                "CUHOOK_LOG",
+                "CUHOOK_REPORT",
+                "CUHOOK_SCAN_MANAGED"
+            ]
         );
         assert!(w[1].accepted.contains("debug"));
     }

@@ -74,9 +74,10 @@ pub(super) fn managed(b: &[u8], found: &mut dyn FnMut(&CStr, usize)) -> bool {
         let Some((SHT_SYMTAB, off, size, link)) = section(b, shoff, i) else {
             continue;
         };
-        let (Some(symtab), Some((_, soff, ssize, _))) =
-            (b.get(off..off.saturating_add(size)), section(b, shoff, link))
-        else {
+        let (Some(symtab), Some((_, soff, ssize, _))) = (
+            b.get(off..off.saturating_add(size)),
+            section(b, shoff, link),
+        ) else {
             continue;
         };
         let Some(strtab) = b.get(soff..soff.saturating_add(ssize)) else {

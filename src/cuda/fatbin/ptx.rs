@@ -24,7 +24,9 @@ pub(super) fn managed(text: &[u8], found: &mut dyn FnMut(&CStr, usize)) {
             .iter()
             .position(|&c| matches!(c, b';' | b'=' | b'[' | b'\n'))
             .unwrap_or(rest.len());
-        let Some(name) = rest[..end].split(u8::is_ascii_whitespace).rfind(|t| !t.is_empty())
+        let Some(name) = rest[..end]
+            .split(u8::is_ascii_whitespace)
+            .rfind(|t| !t.is_empty())
         else {
             continue;
         };

@@ -45,11 +45,20 @@ fn expected(with_sizes: bool) -> BTreeMap<String, usize> {
 
 #[test]
 fn every_nvcc_build_yields_the_two_managed_variables() {
-    for (name, section) in [("default", DEFAULT), ("size", SIZE), ("none", NONE), ("multi", MULTI)] {
+    for (name, section) in [
+        ("default", DEFAULT),
+        ("size", SIZE),
+        ("none", NONE),
+        ("multi", MULTI),
+    ] {
         let c = containers(section);
         assert_eq!(c.len(), 2, "{name}: containers");
         // The runtime's own container: device code without managed variables.
-        assert_eq!(found(Image::Fatbin(c[0])), (true, BTreeMap::new()), "{name}");
+        assert_eq!(
+            found(Image::Fatbin(c[0])),
+            (true, BTreeMap::new()),
+            "{name}"
+        );
         // The device variable `d_counter` is not managed, so it is not among them.
         assert_eq!(found(Image::Fatbin(c[1])), (true, expected(true)), "{name}");
     }
@@ -68,12 +77,17 @@ fn the_fixtures_hold_what_their_readme_says() {
     assert_eq!(codecs(DEFAULT), [(Cubin, Stored), (Ptx, Zstd)]);
     assert_eq!(codecs(SIZE), [(Cubin, Zstd), (Ptx, Zstd)]);
     assert_eq!(codecs(NONE), [(Cubin, Stored), (Ptx, Stored)]);
-    assert_eq!(codecs(MULTI), [(Cubin, Stored), (Cubin, Stored), (Ptx, Zstd)]);
+    assert_eq!(
+        codecs(MULTI),
+        [(Cubin, Stored), (Cubin, Stored), (Ptx, Zstd)]
+    );
 }
 
 #[test]
 fn a_compressed_cubin_decodes_to_the_stored_one() {
-    let e = container::entries(containers(SIZE)[1]).find(|e| e.kind == Kind::Cubin).unwrap();
+    let e = container::entries(containers(SIZE)[1])
+        .find(|e| e.kind == Kind::Cubin)
+        .unwrap();
     assert_eq!(e.codec, Codec::Zstd);
     let mut scratch = Vec::new();
     let zstd = decode::decoded(&e, &mut scratch).unwrap();
@@ -128,8 +142,13 @@ fn ptx_is_read_when_no_cubin_is() {
     let ptx = payload_of(NONE, Kind::Ptx);
     // Stored PTX, and the zstd-compressed PTX nvcc wrote by default.
     let zstd = containers(DEFAULT)[1];
-    let e = container::entries(zstd).find(|e| e.kind == Kind::Ptx).unwrap();
-    for c in [build(&[(1, 0x11, &ptx, ptx.len())]), build(&[(1, 0x8011, e.payload, e.size)])] {
+    let e = container::entries(zstd)
+        .find(|e| e.kind == Kind::Ptx)
+        .unwrap();
+    for c in [
+        build(&[(1, 0x11, &ptx, ptx.len())]),
+        build(&[(1, 0x8011, e.payload, e.size)]),
+    ] {
         assert_eq!(found(Image::Fatbin(&c)), (true, expected(false)));
     }
     // A cubin that does not decode (garbage under the zstd flag) falls back to the PTX.
@@ -154,11 +173,16 @@ fn ptx_declarations_are_told_apart() {
     assert_eq!(names, ["_ZN2ns5countE", "arr", "with_init"]);
 }
 
+/// `image_at` for a test's own bytes.
+fn image<'a>(p: *const u8, _alive: &'a [u8]) -> Option<Image<'a>> {
+    // SAFETY: each test passes one of the image kinds, whose bytes `_alive` keeps alive.
+    unsafe { image_at(p) }
+}
+
 #[test]
 fn images_are_recognised_from_their_first_bytes() {
     let c = containers(NONE)[1].to_vec();
-    // SAFETY (test): each pointer is one of the image kinds, alive for the call.
-    let fatbin = unsafe { image_at(c.as_ptr()) };
+    let fatbin = image(c.as_ptr(), &c);
     assert!(matches!(fatbin, Some(Image::Fatbin(b)) if b.len() == c.len()));
     // nvcc's wrapper: magic, version, the container's address, a file name pointer.
     let mut wrapper = Vec::new();
@@ -166,24 +190,30 @@ fn images_are_recognised_from_their_first_bytes() {
     wrapper.extend_from_slice(&1u32.to_le_bytes());
     wrapper.extend_from_slice(&(c.as_ptr() as usize).to_le_bytes());
     wrapper.extend_from_slice(&0usize.to_le_bytes());
-    let wrapped = unsafe { image_at(wrapper.as_ptr()) };
+    let wrapped = image(wrapper.as_ptr(), &c);
     assert!(matches!(wrapped, Some(Image::Fatbin(b)) if b.as_ptr() == c.as_ptr()));
     // A cubin: the view covers the headers and tables the scan reads, not more than the object.
     let cubin = payload_of(NONE, Kind::Cubin);
-    match unsafe { image_at(cubin.as_ptr()) } {
+    match image(cubin.as_ptr(), &cubin) {
         Some(Image::Cubin(b)) => {
             assert!(b.len() <= cubin.len());
             assert_eq!(found(Image::Cubin(b)), (true, expected(true)));
         }
         other => panic!("cubin read as {other:?}"),
     }
-    let ptx = CString::new(payload_of(NONE, Kind::Ptx).split(|&b| b == 0).next().unwrap()).unwrap();
-    match unsafe { image_at(ptx.as_ptr().cast()) } {
+    let ptx = CString::new(
+        payload_of(NONE, Kind::Ptx)
+            .split(|&b| b == 0)
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    match image(ptx.as_ptr().cast(), ptx.as_bytes()) {
         Some(Image::Ptx(t)) => assert_eq!(t, ptx.as_bytes()),
         other => panic!("PTX read as {other:?}"),
     }
-    assert!(unsafe { image_at(c"ab".as_ptr().cast()) }.is_none());
-    assert!(unsafe { image_at(std::ptr::null()) }.is_none());
+    assert!(image(c"ab".as_ptr().cast(), b"ab").is_none());
+    assert!(image(std::ptr::null(), b"").is_none());
 }
 
 /// Damaged containers never panic or read out of bounds: every byte of the compressed and the
@@ -213,11 +243,23 @@ fn the_scan_setting_limits_what_is_decoded() {
     let stored = containers(DEFAULT)[1];
     let compressed = containers(SIZE)[1];
     use ManagedScan::*;
-    assert_eq!(found_with(Image::Fatbin(stored), Stored), (true, expected(true)));
+    assert_eq!(
+        found_with(Image::Fatbin(stored), Stored),
+        (true, expected(true))
+    );
     // Only compressed device code: nothing read.
-    assert_eq!(found_with(Image::Fatbin(compressed), Stored), (false, BTreeMap::new()));
-    assert_eq!(found_with(Image::Fatbin(compressed), All), (true, expected(true)));
-    assert_eq!(found_with(Image::Fatbin(stored), Off), (false, BTreeMap::new()));
+    assert_eq!(
+        found_with(Image::Fatbin(compressed), Stored),
+        (false, BTreeMap::new())
+    );
+    assert_eq!(
+        found_with(Image::Fatbin(compressed), All),
+        (true, expected(true))
+    );
+    assert_eq!(
+        found_with(Image::Fatbin(stored), Off),
+        (false, BTreeMap::new())
+    );
     assert_eq!(ManagedScan::parse(" stored "), Some(Stored));
     assert_eq!(ManagedScan::parse("some"), None);
 }
