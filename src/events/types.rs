@@ -46,9 +46,10 @@ pub mod flags {
     /// A free produced by teardown (context destroy, primary context reset, device reset).
     pub const PURGED: u32 = 1 << 6;
     /// A module or library global (`__device__`, `__constant__`, `__managed__` variable) whose
-    /// address the driver handed out (`cuModuleGetGlobal_v2`, `cuLibraryGetGlobal`, ...). Its
-    /// `pool` field holds the owning `CUmodule`/`CUlibrary`; it leaves with that module or
-    /// library (unload), or with its context.
+    /// address the driver handed out (`cuModuleGetGlobal_v2`, `cuLibraryGetGlobal`, ...), or a
+    /// `__managed__` one found in code as it was loaded (`cuLibraryLoadData`, ...). Its `pool`
+    /// field holds the owning `CUmodule`/`CUlibrary`; it leaves with that module or library
+    /// (unload), or with its context (a library's managed variable has none).
     pub const GLOBAL: u32 = 1 << 7;
     /// Memory another process exported, opened or imported here (`cuIpcOpenMemHandle`,
     /// `cuMemPoolImportPointer`, a `cuMemMap` of a handle from `cuMemImportFromShareableHandle`).

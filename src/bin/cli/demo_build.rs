@@ -1,13 +1,13 @@
 //! The demo's programs, compiled when `cuhook demo` runs: the fake CUDA driver and runtime and
 //! the demo workload, embedded here as C source, built with the system C compiler (`$CC`, else
-//! `cc`) into a fresh directory. So the crate's own build needs no C toolchain, and the demo
+//! `cc`) into a fresh directory. So the crate's own build compiles no fixtures, and the demo
 //! works from an installed `cuhook` as well as from the repository.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// (file name, contents) of every source the demo compiles.
-const SOURCES: [(&str, &str); 5] = [
+const SOURCES: [(&str, &str); 6] = [
     (
         "fake_libcuda.c",
         include_str!("../../../fixtures/cuda/fake_libcuda.c"),
@@ -19,6 +19,10 @@ const SOURCES: [(&str, &str); 5] = [
     (
         "fake_cuda.h",
         include_str!("../../../fixtures/cuda/fake_cuda.h"),
+    ),
+    (
+        "fake_fatbin.h",
+        include_str!("../../../fixtures/cuda/fake_fatbin.h"),
     ),
     (
         "fake_trace.h",

@@ -36,6 +36,8 @@ Environment (also honoured by libcuhook.so under LD_PRELOAD):
   CUHOOK_REPORT=stderr|PATH exit report (%p in PATH becomes the process id, %r the rank)
   CUHOOK_TRACE=PATH         one JSON line per event (%p, %r as above)
   CUHOOK_EXCLUDE=A,B        never patch objects whose path contains A or B
+  CUHOOK_SCAN_MANAGED=all|stored|off
+                            loaded device code read for __managed__ variables
 ";
 
 /// Exit status for a usage error.
