@@ -320,6 +320,9 @@ fn coverage_matrix() {
                 | "check:procaddr_returns_wrapper"
                 | "check:procaddr_unknown_untouched" => "cuGetProcAddress_v2".to_owned(),
                 "check:procaddr_v1_maps" => "cuGetProcAddress".to_owned(),
+                // A library's managed variable outlives a device reset; a device one does not.
+                "check:managed_kept_after_reset" => "cuLibraryLoadData".to_owned(),
+                "check:device_var_gone_after_reset" => "cuDevicePrimaryCtxReset_v2".to_owned(),
                 "cudaGetSymbolAddress" => "cuLibraryGetGlobal".to_owned(),
                 "cudaGetSymbolAddress(managed)" => "cuLibraryLoadData".to_owned(),
                 "cudaGraphAddMemAllocNode" => "cuGraphAddMemAllocNode".to_owned(),
