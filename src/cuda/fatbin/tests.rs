@@ -243,23 +243,16 @@ fn the_scan_setting_limits_what_is_decoded() {
     let stored = containers(DEFAULT)[1];
     let compressed = containers(SIZE)[1];
     use ManagedScan::*;
-    assert_eq!(
-        found_with(Image::Fatbin(stored), Stored),
-        (true, expected(true))
-    );
-    // Only compressed device code: nothing read.
-    assert_eq!(
-        found_with(Image::Fatbin(compressed), Stored),
-        (false, BTreeMap::new())
-    );
-    assert_eq!(
-        found_with(Image::Fatbin(compressed), All),
-        (true, expected(true))
-    );
-    assert_eq!(
-        found_with(Image::Fatbin(stored), Off),
-        (false, BTreeMap::new())
-    );
+    let (nothing, both) = ((false, BTreeMap::new()), (true, expected(true)));
+    // Only compressed device code under `Stored`: nothing read.
+    for (image, scan, want) in [
+        (stored, Stored, &both),
+        (compressed, Stored, &nothing),
+        (compressed, All, &both),
+        (stored, Off, &nothing),
+    ] {
+        assert_eq!(&found_with(Image::Fatbin(image), scan), want, "{scan:?}");
+    }
     assert_eq!(ManagedScan::parse(" stored "), Some(Stored));
     assert_eq!(ManagedScan::parse("some"), None);
 }
