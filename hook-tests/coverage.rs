@@ -503,3 +503,52 @@ fn driver_paths_under_branch_protection() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The runtime loads its code inside the call that starts it. Shared runtime: that call
+/// (`cudaMalloc`) is hooked, so the load is nested — its managed variable is registered but no
+/// event goes out (a callback could re-enter the starting runtime). Static runtime: the load is
+/// the outermost hooked call — registered and dispatched once, named for the load.
+#[test]
+fn managed_variable_loaded_inside_a_hooked_runtime_call() {
+    for (program, dispatched) in [
+        ("app_rt_nested_load_shared", false),
+        ("app_rt_nested_load_static", true),
+    ] {
+        let run = run_fixture(program, &[], &[]);
+        assert!(
+            run.status.success(),
+            "{program}: {}\n{}",
+            run.stdout,
+            run.stderr
+        );
+        for (name, ok, detail) in run.checks() {
+            assert!(ok, "{program}: check {name}: {detail}");
+        }
+        assert!(
+            run.checks().iter().any(|c| c.0 == "managed_registered"),
+            "{program}: {}",
+            run.stdout
+        );
+        let addr = run
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("managed rc=0 addr="))
+            .unwrap_or_else(|| panic!("{program}: no address\n{}", run.stdout))
+            .to_owned();
+        let globals: Vec<&str> = run
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("event alloc") && l.contains("flags=0x80 "))
+            .collect();
+        if dispatched {
+            assert_eq!(globals.len(), 1, "{program}: {globals:?}");
+            assert!(
+                globals[0].contains("api=cuLibraryLoadData")
+                    && globals[0].contains(&format!("addr={addr} ")),
+                "{program}: {globals:?}"
+            );
+        } else {
+            assert!(globals.is_empty(), "{program}: {globals:?}");
+        }
+    }
+}

@@ -405,3 +405,27 @@ fn a_child_forked_while_another_thread_subscribes_can_subscribe() {
     churn.join().unwrap();
     assert_eq!(failed, 0, "children that could not subscribe");
 }
+
+/// libcuhook.so imports nothing of the C code linked into it: libzstd's weak tracing hooks
+/// (`ZSTD_trace_*`, compiled out by `.cargo/config.toml`) would otherwise be undefined dynamic
+/// symbols, and a host process defining them would receive our decoder's calls.
+#[test]
+fn the_decoders_import_nothing_from_the_host() {
+    let lib = common::libcuhook();
+    let out = std::process::Command::new("nm")
+        .args(["-D", "--undefined-only"])
+        .arg(&lib)
+        .output()
+        .expect("nm (binutils) runs");
+    assert!(out.status.success(), "nm {}: {out:?}", lib.display());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("dlsym"),
+        "nm listed no imports at all:\n{text}"
+    );
+    let leaked: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("ZSTD") || l.contains("LZ4"))
+        .collect();
+    assert!(leaked.is_empty(), "{leaked:?}");
+}

@@ -40,8 +40,7 @@ pub enum Pending {
 }
 
 /// Announce an allocation that succeeded. Inlined into the allocation hooks (the hot path:
-/// left to the compiler it was a call in some builds and not in others); the rarer callers go
-/// through [`alloc_rare`], so only one more copy exists.
+/// left to the compiler it was a call in some builds and not in others).
 #[inline(always)]
 pub fn alloc(
     api: &'static CStr,
@@ -221,12 +220,30 @@ pub enum Global {
     LibraryManaged,
 }
 
+/// Whether a registration is dispatched to subscribers too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Announce {
+    /// Registered and dispatched (the outermost hooked call of its thread).
+    Dispatch,
+    /// Registered only: found inside another hooked call (the runtime loading its code inside
+    /// `cudaMalloc`, say), where a subscriber's callback could re-enter a runtime that is
+    /// initialising itself. Subscribers see the range through lookups and replays.
+    RegistryOnly,
+}
+
 /// Announce a module or library global whose address the driver just handed out, once: a
 /// repeated query of the same global (same start and size, flagged GLOBAL) changes nothing and
 /// dispatches nothing. `owner` (recorded as the range's `pool`) is the module or library whose
 /// unload removes it.
 #[cold]
-pub fn global(api: &'static CStr, address: usize, size: usize, owner: usize, kind: Global) {
+pub fn global(
+    api: &'static CStr,
+    address: usize,
+    size: usize,
+    owner: usize,
+    kind: Global,
+    announce: Announce,
+) {
     if address == 0 || !registry::attached() {
         return;
     }
@@ -243,29 +260,22 @@ pub fn global(api: &'static CStr, address: usize, size: usize, owner: usize, kin
             return;
         }
     }
-    match kind {
-        Global::LibraryManaged => {
-            let mut ev = MemEvent::new(EventKind::Alloc, address, size, api);
-            ev.mem_type = MemType::CudaManaged;
-            ev.flags = flags::GLOBAL;
-            ev.pool = owner;
-            publish(&ev);
-        }
-        Global::ModuleManaged => alloc_rare(
-            api,
-            MemType::CudaManaged,
-            address,
-            size,
-            flags::GLOBAL,
-            owner,
-        ),
-        Global::InContext => {
-            let mem_type = if query::is_managed(address) {
-                MemType::CudaManaged
-            } else {
-                MemType::Cuda
-            };
-            alloc_rare(api, mem_type, address, size, flags::GLOBAL, owner)
+    let mut ev = MemEvent::new(EventKind::Alloc, address, size, api);
+    ev.flags = flags::GLOBAL;
+    ev.pool = owner;
+    ev.mem_type = match kind {
+        Global::InContext if !query::is_managed(address) => MemType::Cuda,
+        _ => MemType::CudaManaged,
+    };
+    if kind != Global::LibraryManaged {
+        let ctx = query::current_context();
+        ev.context = ctx as usize;
+        ev.device = query::device_of(ctx);
+    }
+    match announce {
+        Announce::Dispatch => publish(&ev),
+        Announce::RegistryOnly => {
+            registry::global().insert(Allocation::from_event(&ev));
         }
     }
 }
@@ -336,19 +346,6 @@ fn publish(ev: &MemEvent) {
     if events::has_subscribers() {
         events::dispatch(ev);
     }
-}
-
-/// [`alloc`] for the rare allocation paths (globals, imports), kept out of line.
-#[inline(never)]
-fn alloc_rare(
-    api: &'static CStr,
-    mem_type: MemType,
-    address: usize,
-    size: usize,
-    extra_flags: u32,
-    pool: usize,
-) {
-    alloc(api, mem_type, address, size, extra_flags, 0, pool);
 }
 
 /// A module or library is unloaded: the globals it handed out leave the registry, each

@@ -11,9 +11,10 @@ use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::abi::{CUresult, CUDA_SUCCESS};
-use super::emit::{self, Global};
+use super::emit::{self, Announce, Global};
 use super::fatbin::{self, ManagedScan};
 use super::resolve::DriverSymbol;
+use crate::events::HookGuard;
 use crate::registry;
 
 /// `ManagedScan` as its discriminant.
@@ -96,6 +97,13 @@ unsafe fn loaded(
     if f == 0 {
         return;
     }
+    // Loads run at every depth; only the outermost hooked call of the thread dispatches.
+    let guard = HookGuard::enter(api);
+    let announce = if guard.is_some() {
+        Announce::Dispatch
+    } else {
+        Announce::RegistryOnly
+    };
     // SAFETY: the driver's function of that name, which has this signature.
     let get = unsafe { crate::sys::func::fn_at::<GetGlobal>(f) };
     fatbin::managed_variables(image, scan, &mut |name, _| {
@@ -104,7 +112,7 @@ unsafe fn loaded(
         // NUL-terminated name.
         let rc = unsafe { get(&mut address, &mut size, owner as *mut c_void, name.as_ptr()) };
         if rc == CUDA_SUCCESS {
-            emit::global(api, address as usize, size, owner, kind);
+            emit::global(api, address as usize, size, owner, kind, announce);
         }
     });
 }

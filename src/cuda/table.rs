@@ -15,7 +15,7 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 
 use super::abi::*;
 use super::capture;
-use super::emit::{self, Global, Pending};
+use super::emit::{self, Announce, Global, Pending};
 use super::graph;
 use super::imported;
 use super::loaded;
@@ -264,10 +264,11 @@ cuda_hooks! {
         before => emit::free_before(API, p as usize, 0, 0);
 
     // ---- driver, teardown -----------------------------------------------------------------
+    /// A NULL context is refused by the driver; ranges of no known context are not its.
     cuCtxDestroy_v2 [DriverTeardown, "cuCtxDestroy"] (ctx: CUcontext) -> CUresult,
-        before => emit::purge_before(API, |a| a.context == ctx as usize);
+        before => emit::purge_before(API, |a| !ctx.is_null() && a.context == ctx as usize);
     cuCtxDestroy [DriverTeardown, "cuCtxDestroy"] (ctx: CUcontext) -> CUresult,
-        before => emit::purge_before(API, |a| a.context == ctx as usize);
+        before => emit::purge_before(API, |a| !ctx.is_null() && a.context == ctx as usize);
     cuDevicePrimaryCtxReset_v2 [DriverTeardown, "cuDevicePrimaryCtxReset"] (dev: CUdevice) -> CUresult,
         before => emit::purge_before(API, |a| dev >= 0 && a.device == dev);
     cuDevicePrimaryCtxReset [DriverTeardown, "cuDevicePrimaryCtxReset"] (dev: CUdevice) -> CUresult,
@@ -275,14 +276,14 @@ cuda_hooks! {
 
     // ---- driver, module and library globals ------------------------------------------------
     cuModuleGetGlobal_v2 [DriverModule, "cuModuleGetGlobal"] (dptr: *mut CUdeviceptr, bytes: *mut usize, module: CUmodule, name: *const c_char) -> CUresult,
-        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), module as usize, Global::InContext);
+        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), module as usize, Global::InContext, Announce::Dispatch);
     /// The pre-3.2 ABI: 32-bit pointer and size.
     cuModuleGetGlobal [DriverModule, "cuModuleGetGlobal"] (dptr: *mut c_uint, bytes: *mut c_uint, module: CUmodule, name: *const c_char) -> CUresult,
-        after => emit::global(API, out(dptr), out(bytes), module as usize, Global::InContext);
+        after => emit::global(API, out(dptr), out(bytes), module as usize, Global::InContext, Announce::Dispatch);
     cuLibraryGetGlobal [DriverModule, "cuLibraryGetGlobal"] (dptr: *mut CUdeviceptr, bytes: *mut usize, library: CUlibrary, name: *const c_char) -> CUresult,
-        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), library as usize, Global::InContext);
+        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), library as usize, Global::InContext, Announce::Dispatch);
     cuLibraryGetManaged [DriverModule, "cuLibraryGetManaged"] (dptr: *mut CUdeviceptr, bytes: *mut usize, library: CUlibrary, name: *const c_char) -> CUresult,
-        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), library as usize, Global::LibraryManaged);
+        after => emit::global(API, out(dptr), out(bytes.cast::<u64>()), library as usize, Global::LibraryManaged, Announce::Dispatch);
     cuLibraryLoadData [DriverLoad, "cuLibraryLoadData"] (library: *mut CUlibrary, code: *const c_void, jit_options: *mut c_int, jit_values: *mut *mut c_void, jit_count: c_uint, options: *mut c_int, values: *mut *mut c_void, count: c_uint) -> CUresult,
         after => loaded::library_loaded(API, out_ptr(library.cast()), code);
     cuModuleLoadData [DriverLoad, "cuModuleLoadData"] (module: *mut CUmodule, image: *const c_void) -> CUresult,

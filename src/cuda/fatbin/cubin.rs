@@ -14,14 +14,15 @@ const STT_OBJECT: u8 = 1;
 /// `st_other` bit of a managed variable.
 const STO_CUDA_MANAGED: u8 = 0x4;
 
-/// Section `(offset, size, link)`.
+/// Section `i`'s `(type, offset, size, link)`.
 fn section(b: &[u8], shoff: usize, i: usize) -> Option<(u32, usize, usize, usize)> {
     let at = shoff.checked_add(i.checked_mul(SECTION_HEADER)?)?;
+    let h = b.get(at..at.checked_add(SECTION_HEADER)?)?;
     Some((
-        u32_at(b, at + 4)?,
-        usize::try_from(u64_at(b, at + 24)?).ok()?,
-        usize::try_from(u64_at(b, at + 32)?).ok()?,
-        usize::try_from(u32_at(b, at + 40)?).ok()?,
+        u32_at(h, 4)?,
+        usize::try_from(u64_at(h, 24)?).ok()?,
+        usize::try_from(u64_at(h, 32)?).ok()?,
+        usize::try_from(u32_at(h, 40)?).ok()?,
     ))
 }
 

@@ -14,8 +14,10 @@
 //!
 //! # Safety
 //!
-//! [`image_at`] makes slices of the image a successful load call took: the driver has read all
-//! of it, its header gives the container's length, and reads are bounded (`MAX_IMAGE`).
+//! [`image_at`] makes slices of the image a successful load call took, as long as its own
+//! headers say it is: a container's header gives its length, a cubin's ELF header its section
+//! table and that its symbol and string tables, PTX ends at its NUL. The driver accepted the
+//! image, so those headers are the toolchain's; reads are bounded (`MAX_IMAGE`) either way.
 #![allow(unsafe_code)]
 
 mod container;
