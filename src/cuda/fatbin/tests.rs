@@ -231,25 +231,23 @@ fn damaged_containers_are_survived() {
     }
     // Several bytes at once, seeded: headers whose sizes and offsets point anywhere.
     let mut rng = fastrand::Rng::with_seed(0x0c0d_e5ca);
-    for section in [SIZE, NONE, DEFAULT] {
-        let c = containers(section)[1];
-        for _ in 0..2_000 {
-            let mut bad = c.to_vec();
-            for _ in 0..rng.usize(1..8) {
-                let i = rng.usize(..bad.len());
-                bad[i] = rng.u8(..);
-            }
-            found(Image::Fatbin(&bad));
-        }
-    }
-    let cubin = payload_of(NONE, Kind::Cubin);
-    for _ in 0..2_000 {
-        let mut bad = cubin.clone();
+    let mut damaged = |good: &[u8]| {
+        let mut bad = good.to_vec();
         for _ in 0..rng.usize(1..8) {
             let i = rng.usize(..bad.len());
             bad[i] = rng.u8(..);
         }
-        found(Image::Cubin(&bad));
+        bad
+    };
+    for section in [SIZE, NONE, DEFAULT] {
+        let c = containers(section)[1];
+        for _ in 0..2_000 {
+            found(Image::Fatbin(&damaged(c)));
+        }
+    }
+    let cubin = payload_of(NONE, Kind::Cubin);
+    for _ in 0..2_000 {
+        found(Image::Cubin(&damaged(&cubin)));
     }
     for i in 0..cubin.len() {
         let mut bad = cubin.clone();
