@@ -272,11 +272,9 @@ pub fn global(
         ev.context = ctx as usize;
         ev.device = query::device_of(ctx);
     }
-    match announce {
-        Announce::Dispatch => publish(&ev),
-        Announce::RegistryOnly => {
-            registry::global().insert(Allocation::from_event(&ev));
-        }
+    registry::global().insert(Allocation::from_event(&ev));
+    if announce == Announce::Dispatch && events::has_subscribers() {
+        events::dispatch(&ev);
     }
 }
 
@@ -335,16 +333,6 @@ pub fn graph_alloc(api: &'static CStr, address: usize, size: usize, device: Opti
     }
     if subscribed {
         events::dispatch(&ev);
-    }
-}
-
-/// Registers and dispatches an alloc event built by a rare path.
-fn publish(ev: &MemEvent) {
-    if registry::attached() {
-        registry::global().insert(Allocation::from_event(ev));
-    }
-    if events::has_subscribers() {
-        events::dispatch(ev);
     }
 }
 

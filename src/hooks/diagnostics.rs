@@ -85,7 +85,7 @@ pub(crate) fn push_bounded<T: PartialEq>(list: &mut Vec<T>, item: T) {
 
 /// [`push_bounded`] for an object's name, copied only when it is added: a full list, or one
 /// that has it, costs no allocation (the `dlopen` path reports into lists that fill up early).
-/// Names borrowed from an object are reported through it.
+/// Every report of an object's name into a bounded list goes through it.
 pub(crate) fn push_name_bounded(list: &mut Vec<String>, name: &str) {
     if list.len() < MAX_ENTRIES && !list.iter().any(|n| n == name) {
         list.push(name.to_owned());
