@@ -15,7 +15,7 @@ use super::level::{Level, Piece};
 use super::record::Record;
 use super::slab::Ptr;
 use super::table::{
-    index, ptr_of, slot_of, tag, target, Bucket, Table, BUCKET, BUCKET_CAP, EMPTY, LEAF, REC,
+    index, ptr_of, slot_of, tag, target, Bucket, Table, BUCKET, BUCKET_CAP, EMPTY, LEAF, NEAR, REC,
     SHIFT, TAB,
 };
 use super::write::Writer;
@@ -34,6 +34,9 @@ impl Writer {
         }
         if self.hint == Some(t) {
             self.hint = None;
+        }
+        if self.near == Some(t) {
+            self.near = None;
         }
         // A stale hint to a freed table must not match any pointer's region.
         target::<Table>(slot_of(t, TAB)).base.store(0, Relaxed);
@@ -58,7 +61,8 @@ impl Writer {
     }
 
     /// Links table `t` (made by `new_table`, filled or not) into slot `i` of `at`, naming the
-    /// block it stands for; a level-1 table becomes the readers' hint (published with the edit).
+    /// block it stands for; a level-1 table becomes the readers' hint, a level-3 one their near
+    /// hint (published with the edit).
     fn link_table(&mut self, at: Level<'_>, i: usize, t: Ptr<Table>) -> &'static Table {
         let (blo, _) = at.block(i);
         // Before the link: a reader that reaches the table through the hint checks this.
@@ -66,8 +70,10 @@ impl Writer {
             .base
             .store(blo | (at.level + 1), Release);
         at.set(i, slot_of(t, TAB));
-        if at.level == 0 {
-            self.hint = Some(t);
+        match at.level + 1 {
+            1 => self.hint = Some(t),
+            NEAR => self.near = Some(t),
+            _ => {}
         }
         target::<Table>(slot_of(t, TAB))
     }

@@ -203,6 +203,8 @@ struct ReadSide {
     top: AtomicPtr<Top>,
     /// A level-1 table (512 GiB region): lookups in its region skip the top level.
     hint: AtomicPtr<Table>,
+    /// A level-3 table (1 GiB region): lookups in its region start two levels lower still.
+    near: AtomicPtr<Table>,
 }
 
 #[repr(align(128))]
@@ -226,6 +228,7 @@ impl Registry {
             read: ReadSide {
                 top: AtomicPtr::new(core::ptr::null_mut()),
                 hint: AtomicPtr::new(core::ptr::null_mut()),
+                near: AtomicPtr::new(core::ptr::null_mut()),
             },
             stats: Stats {
                 len: AtomicUsize::new(0),
@@ -247,10 +250,10 @@ impl Registry {
 
     /// The range containing all of `[ptr, ptr + len)` (`len` 0 behaves like [`Self::lookup`]).
     /// A span that crosses from one range into the next is not found.
-    #[inline]
+    #[inline(always)]
     pub fn lookup_span(&self, ptr: usize, len: usize) -> Option<Allocation> {
         let last = ptr.checked_add(len.saturating_sub(1))?;
-        let raw = table::find(&self.read.top, &self.read.hint, ptr)?;
+        let raw = table::find(&self.read.top, [&self.read.hint, &self.read.near], ptr)?;
         // `raw` contains `ptr`, so `raw.start <= ptr <= last`. (Wrapping ops anyway: nothing on
         // this path may panic.)
         if last.wrapping_sub(raw.start) > raw.size.wrapping_sub(1) {

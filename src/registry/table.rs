@@ -44,6 +44,8 @@ pub(super) const SHIFT: [u32; LEVELS] = [60, 58, 56, 54, 52];
 pub(super) const LEVELS: usize = 5;
 /// The level whose slots are granules (a range may cover them in part).
 pub(super) const LEAF: usize = LEVELS - 1;
+/// The level of the readers' near hint: tables whose slots are leaf tables' blocks (1 GiB).
+pub(super) const NEAR: usize = LEAF - 1;
 pub(super) const TOP_SLOTS: usize = 1 << (usize::BITS - SHIFT[0]);
 pub(super) const FAN: usize = 1 << (SHIFT[0] - SHIFT[1]);
 
@@ -182,18 +184,11 @@ pub(super) fn deref<'a, T>(p: *mut T) -> Option<&'a T> {
 
 #[inline(always)]
 pub(super) fn target<'a, T>(slot: usize) -> &'a T {
-    // Non-null by construction (the callers have checked the tag); `deref` handles null anyway.
-    match deref(ptr::with_exposed_provenance_mut::<T>(slot & !TAG)) {
-        Some(t) => t,
-        None => unreachable_slot(),
-    }
-}
-
-#[cold]
-fn unreachable_slot() -> ! {
-    // Only reachable if a tagged slot held a null pointer, which the writer never stores. Abort
-    // rather than unwind: lookups run inside `extern "C"` functions.
-    std::process::abort()
+    // SAFETY: the callers have checked the tag, and the writer stores a tag only with a non-null
+    // slab element (pointer invariant, module doc), which lives as long as the registry whose
+    // borrow bounds every use; elements are all atomics, so any contents are valid. (No null
+    // check here: it cost two instructions per level on every lookup.)
+    unsafe { &*ptr::with_exposed_provenance::<T>(slot & !TAG) }
 }
 
 /// Why a walk stopped.
@@ -204,31 +199,66 @@ pub(super) enum Found {
     Retry,
 }
 
-/// The range containing `ptr`, lock-free. Retries only when the writer made progress. `hint`
-/// is a level-1 table the writer last linked: a pointer in its region skips the top level.
+/// The range containing `ptr`, lock-free. Retries only when the writer made progress. `hints`
+/// are the level-1 and level-3 ([`NEAR`]) tables the writer last linked: a pointer in the
+/// region of one skips the levels above it.
 #[inline(always)]
-pub(super) fn find(top: &AtomicPtr<Top>, hint: &AtomicPtr<Table>, ptr: usize) -> Option<RawRecord> {
+pub(super) fn find(top: &AtomicPtr<Top>, hints: Hints<'_>, ptr: usize) -> Option<RawRecord> {
+    // The first walk inline, the retries out of line: a loop here would keep the walk's
+    // indices live across it, and the spills cost the common case more than the walk itself.
+    match walk(top, hints, ptr) {
+        Found::Hit(r) => Some(r),
+        Found::Miss => None,
+        Found::Retry => find_again(top, hints, ptr),
+    }
+}
+
+/// The readers' hints: a level-1 table and a level-[`NEAR`] table, or null.
+pub(super) type Hints<'a> = [&'a AtomicPtr<Table>; 2];
+
+/// [`find`] after a walk saw a concurrent rewrite.
+#[cold]
+#[inline(never)]
+fn find_again(top: &AtomicPtr<Top>, hints: Hints<'_>, ptr: usize) -> Option<RawRecord> {
     loop {
-        match walk(top, hint, ptr) {
+        spin_loop();
+        match walk(top, hints, ptr) {
             Found::Hit(r) => return Some(r),
             Found::Miss => return None,
-            Found::Retry => spin_loop(),
+            Found::Retry => {}
         }
     }
 }
 
+/// The table of level `l` reached through a hint, if it (still) stands for `ptr`'s block.
+/// A stale hint (its table freed, or reused elsewhere) is like a stale table on the walk: what
+/// it yields is validated as any other read.
 #[inline(always)]
-fn walk(top: &AtomicPtr<Top>, hint: &AtomicPtr<Table>, ptr: usize) -> Found {
-    let region = ptr & !((1usize << SHIFT[0]) - 1);
+fn hinted<'a>(hint: &AtomicPtr<Table>, l: usize, ptr: usize) -> Option<&'a Table> {
+    let block = ptr & !((1usize << SHIFT[l - 1]) - 1);
+    deref::<Table>(hint.load(Acquire)).filter(|t| t.base.load(Relaxed) == block | l)
+}
+
+#[inline(always)]
+fn walk(top: &AtomicPtr<Top>, hints: Hints<'_>, ptr: usize) -> Found {
     let (mut at, mut slot);
-    match deref::<Table>(hint.load(Acquire)) {
-        // A stale hint (its table freed, or reused elsewhere) is like a stale table on the
-        // walk: what it yields is validated as any other read.
-        Some(h) if h.base.load(Relaxed) == region | 1 => {
+    // The levels below the top, unrolled: constant shifts, no bounds checks.
+    macro_rules! step {
+        ($l:expr) => {
+            if tag(slot) == TAB {
+                at = &target::<Table>(slot).slots[(ptr >> SHIFT[$l]) & (FAN - 1)];
+                slot = at.load(Acquire);
+            }
+        };
+    }
+    if let Some(near) = hinted(hints[1], NEAR, ptr) {
+        at = &near.slots[index(NEAR, ptr)];
+        slot = at.load(Acquire);
+    } else {
+        if let Some(h) = hinted(hints[0], 1, ptr) {
             at = &h.slots[index(1, ptr)];
             slot = at.load(Acquire);
-        }
-        _ => {
+        } else {
             let Some(top) = deref(top.load(Acquire)) else {
                 return Found::Miss;
             };
@@ -239,41 +269,35 @@ fn walk(top: &AtomicPtr<Top>, hint: &AtomicPtr<Table>, ptr: usize) -> Found {
                 slot = at.load(Acquire);
             }
         }
+        step!(2);
+        step!(3);
     }
-    // The levels below the top, unrolled: constant shifts, no bounds checks.
-    macro_rules! step {
-        ($l:expr) => {
-            if tag(slot) == TAB {
-                at = &target::<Table>(slot).slots[(ptr >> SHIFT[$l]) & (FAN - 1)];
-                slot = at.load(Acquire);
-            }
-        };
-    }
-    step!(2);
-    step!(3);
     step!(4);
     if tag(slot) == TAB {
         // A table where none can be: the path was rebuilt under us.
         return Found::Retry;
     }
-    match tag(slot) {
-        REC => {
-            let rec = target::<Record>(slot);
-            match rec.read() {
-                // A consistent copy containing `ptr` was live when the slot was loaded.
-                Some(r) if r.contains(ptr) => Found::Hit(r),
-                Some(r) => still_linked(at, slot, &rec.version, r.version),
-                None => Found::Retry,
-            }
-        }
+    // One record read for both kinds of granule, so the copy is made once, straight into what
+    // the caller returns (two read sites made the compiler stage it and copy it again).
+    let rec = match tag(slot) {
+        REC => target::<Record>(slot),
         BUCKET => {
             let head = target::<Bucket>(slot);
             match scan(head, ptr) {
-                (Found::Miss, v) => still_linked(at, slot, &head.version, v),
-                (other, _) => other,
+                Scan::Holds(rec) => rec,
+                Scan::Miss(v) => return still_linked(at, slot, &head.version, v),
+                Scan::Retry => return Found::Retry,
             }
         }
-        _ => Found::Miss,
+        _ => return Found::Miss,
+    };
+    match rec.read() {
+        // A consistent copy containing `ptr` was live when the slot was loaded (a chain's
+        // record read again here: if it was recycled since, it no longer holds `ptr`, or it
+        // holds it as a newer range, which is as good an answer).
+        Some(r) if r.contains(ptr) => Found::Hit(r),
+        Some(r) if tag(slot) == REC => still_linked(at, slot, &rec.version, r.version),
+        _ => Found::Retry,
     }
 }
 
@@ -292,15 +316,24 @@ fn still_linked(at: &AtomicUsize, slot: usize, version: &AtomicU64, seen: u64) -
     }
 }
 
-/// Looks for `ptr` in a shared granule's chain; on a miss also returns the head's version.
+/// What a shared granule's chain says about `ptr`.
+enum Scan<'a> {
+    /// This record held `ptr` in a consistent read.
+    Holds(&'a Record),
+    /// No record holds it; the head's version when the chain was read.
+    Miss(u64),
+    Retry,
+}
+
+/// Looks for `ptr` in a shared granule's chain.
 #[cold]
-fn scan(head: &Bucket, ptr: usize) -> (Found, u64) {
+fn scan(head: &Bucket, ptr: usize) -> Scan<'_> {
     let mut b = head;
     let mut head_version = None;
     loop {
         let v = b.version.load(Acquire);
         if v & 1 != 0 {
-            return (Found::Retry, 0);
+            return Scan::Retry;
         }
         let n = b.len.load(Relaxed).min(BUCKET_CAP);
         for r in &b.recs[..n] {
@@ -309,20 +342,20 @@ fn scan(head: &Bucket, ptr: usize) -> (Found, u64) {
             };
             match rec.read() {
                 // A consistent copy containing `ptr` was live when the chain was linked.
-                Some(raw) if raw.contains(ptr) => return (Found::Hit(raw), 0),
+                Some(raw) if raw.contains(ptr) => return Scan::Holds(rec),
                 Some(_) => {}
-                None => return (Found::Retry, 0),
+                None => return Scan::Retry,
             }
         }
         let next = b.next.load(Acquire);
         fence(Acquire);
         if b.version.load(Relaxed) != v {
-            return (Found::Retry, 0);
+            return Scan::Retry;
         }
         let hv = *head_version.get_or_insert(v);
         match deref(next) {
             Some(n) => b = n,
-            None => return (Found::Miss, hv),
+            None => return Scan::Miss(hv),
         }
     }
 }

@@ -32,6 +32,8 @@ pub(super) struct Writer {
     pub(super) leaf: Option<(usize, Ptr<Table>)>,
     /// The level-1 table readers may start from (`ReadSide::hint`), set when one is linked.
     pub(super) hint: Option<Ptr<Table>>,
+    /// The level-3 table readers may start from (`ReadSide::near`), set when one is linked.
+    pub(super) near: Option<Ptr<Table>>,
     /// Whether inserts are taken. Cleared together with the table by [`Registry::close`], under
     /// this lock, so that an insert racing with it (a hook that saw the registry attached just
     /// before the uninstall) cannot land after the clear and stay for good.
@@ -105,6 +107,7 @@ impl Writer {
             granule: Vec::new(),
             leaf: None,
             hint: None,
+            near: None,
             open: true,
         }
     }
@@ -437,10 +440,12 @@ impl Registry {
 
     /// Publishes the counters after an edit.
     fn publish(&self, w: &Writer) {
-        let hint = w.hint.map_or(core::ptr::null_mut(), |t| t.as_mut_ptr());
-        if self.read.hint.load(Ordering::Relaxed) != hint {
-            // Release: the table is linked and its base written before a reader can use it.
-            self.read.hint.store(hint, Ordering::Release);
+        for (published, table) in [(&self.read.hint, w.hint), (&self.read.near, w.near)] {
+            let table = table.map_or(core::ptr::null_mut(), |t| t.as_mut_ptr());
+            if published.load(Ordering::Relaxed) != table {
+                // Release: the table is linked and its base written before a reader can use it.
+                published.store(table, Ordering::Release);
+            }
         }
         self.stats.len.store(w.count, Ordering::Release);
         let live = usize::try_from(w.live).unwrap_or(usize::MAX);

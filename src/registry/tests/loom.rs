@@ -10,8 +10,8 @@
 use loom::sync::Arc;
 use loom::thread;
 
-use super::table::LEAF;
 use super::table::SHIFT;
+use super::table::{LEAF, NEAR};
 use super::{Allocation, Registry};
 use crate::events::MemType;
 
@@ -149,6 +149,41 @@ fn loom_shared_granule_neighbour_stays_found() {
         assert!(reg.remove_allocation(G + G / 2).is_some());
         reader.join().unwrap();
         assert!(reg.lookup(G + G / 2).is_none());
+    });
+}
+
+/// The readers' near hint names the level-3 table last linked; freeing the only range under it
+/// recycles that table (and those below) while a reader may hold the hint, and a new range in
+/// the same region takes the recycled tables again. A lookup of the freed range answers it or
+/// nothing (never a field of the new one), and a range elsewhere, whose lookup passes over the
+/// hint's table, stays found.
+#[test]
+fn loom_near_hint_survives_recycled_tables() {
+    model(|| {
+        let reg = Arc::new(Registry::new());
+        // Two level-3 regions (a level-3 table stands for one slot of level 2).
+        let region = 1usize << SHIFT[NEAR - 1];
+        let kept = range(region + G, G, 3);
+        let old = range(G, G, 4);
+        let new = range(2 * G, G, 5);
+        reg.insert(kept);
+        reg.insert(old);
+        let r = reg.clone();
+        let reader = thread::spawn(move || {
+            if let Some(got) = r.lookup(G + 3) {
+                assert!(same(&got, &old), "{got:?}");
+            }
+            let got = r
+                .lookup(region + G + 1)
+                .expect("a range outside the hint was lost");
+            assert!(same(&got, &kept), "{got:?}");
+        });
+        assert!(reg.remove_allocation(G).is_some());
+        reg.insert(new);
+        reader.join().unwrap();
+        assert!(reg.lookup(G).is_none());
+        assert!(same(&reg.lookup(2 * G).unwrap(), &new));
+        assert!(same(&reg.lookup(region + G).unwrap(), &kept));
     });
 }
 

@@ -13,7 +13,8 @@ use core::sync::atomic::{
 
 use super::record::Record;
 use super::table::{
-    deref, slot_of, tag, target, Bucket, Table, BUCKET, BUCKET_CAP, EMPTY, LEAF, REC, SHIFT, TAB,
+    deref, index, slot_of, tag, target, Bucket, Table, BUCKET, BUCKET_CAP, EMPTY, LEAF, NEAR, REC,
+    SHIFT, TAB,
 };
 use super::{Allocation, Registry};
 use crate::events::MemType;
@@ -204,6 +205,23 @@ impl Registry {
             assert!(
                 tag(v) == TAB && core::ptr::eq(target::<Table>(v), h),
                 "hint not linked"
+            );
+        }
+        // The near hint names a linked level-3 table, if any: the slot of its block, found by
+        // walking from the top, holds it.
+        if let Some(n) = deref::<Table>(self.read.near.load(Acquire)) {
+            let base = n.base.load(Relaxed);
+            assert_eq!(base & 7, NEAR, "near hint is not a level-{NEAR} table");
+            let block = base & !7;
+            let top = deref::<super::table::Top>(self.read.top.load(Acquire)).expect("top");
+            let mut v = top.slots[index(0, block)].load(Relaxed);
+            for l in 1..NEAR {
+                assert_eq!(tag(v), TAB, "near hint's path broken at level {l}");
+                v = target::<Table>(v).slots[index(l, block)].load(Relaxed);
+            }
+            assert!(
+                tag(v) == TAB && core::ptr::eq(target::<Table>(v), n),
+                "near hint not linked"
             );
         }
         // Every byte of every range is linked exactly once (slots do not overlap).
