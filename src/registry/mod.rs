@@ -201,9 +201,10 @@ pub struct Registry {
 struct ReadSide {
     /// The page table's top level; null until the first insert.
     top: AtomicPtr<Top>,
-    /// A level-1 table (512 GiB region): lookups in its region skip the top level.
+    /// A level-1 table (slots of 512 GiB): lookups in its block skip the top level.
     hint: AtomicPtr<Table>,
-    /// A level-3 table (1 GiB region): lookups in its region start two levels lower still.
+    /// A level-3 table (a 1 GiB block, slots of 2 MiB): lookups in its block start two levels
+    /// lower still. Both are the tables of their level the writer linked last.
     near: AtomicPtr<Table>,
 }
 
