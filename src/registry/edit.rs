@@ -168,6 +168,24 @@ impl Writer {
         add: &[Ptr<Record>],
     ) {
         let cur = at.slots[i].load(Relaxed);
+        // The usual shapes without building a list: a second range joins a granule's only one,
+        // or one of a granule's two ranges leaves (the same outcome as the general case below:
+        // records in the chain's order, then those added).
+        match (tag(cur), remove, add) {
+            (REC, None, &[r]) => {
+                let chain = self.chain(&[ptr_of(cur), r]);
+                at.set(i, slot_of(chain, BUCKET));
+                return;
+            }
+            (BUCKET, Some(r), []) => {
+                if let Some(other) = target::<Bucket>(cur).other_of_pair(r) {
+                    at.set(i, slot_of(other, REC));
+                    self.free_chain(ptr_of(cur));
+                    return;
+                }
+            }
+            _ => {}
+        }
         let mut list = core::mem::take(&mut self.granule);
         list.clear();
         match tag(cur) {

@@ -141,6 +141,20 @@ impl Bucket {
         self.version.store(v.wrapping_add(2), Release);
     }
 
+    /// Writer: when this chain lists exactly two records and `r` is one of them, the other.
+    pub(super) fn other_of_pair(&self, r: Ptr<Record>) -> Option<Ptr<Record>> {
+        if self.len.load(Relaxed) != 2 || !self.next.load(Relaxed).is_null() {
+            return None;
+        }
+        let (a, b) = (self.recs[0].load(Relaxed), self.recs[1].load(Relaxed));
+        let r = r.as_mut_ptr();
+        match (a == r, b == r) {
+            (true, false) => Ptr::new(b),
+            (false, true) => Ptr::new(a),
+            _ => None,
+        }
+    }
+
     /// Writer: the records of a chain (read under the writer lock).
     pub(super) fn collect(&self, out: &mut Vec<Ptr<Record>>) {
         let mut b = self;
