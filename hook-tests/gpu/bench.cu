@@ -1,6 +1,6 @@
 // Measurements for docs/performance.md on a real GPU:
 //   bench lookup   — registry lookup (cuhook_lookup) of device pointers and of host pointers (a
-//                    miss) vs cuPointerGetAttributes, 1 and 16 threads
+//                    miss) vs cuPointerGetAttributes, 1, 8 and 16 threads
 //   bench pairs rt|drv THREADS — 4 KiB cudaMallocAsync+cudaFreeAsync (rt) or
 //                    cuMemAllocAsync+cuMemFreeAsync (drv) pairs, each thread on its own stream,
 //                    best of 20 blocks per thread (run plain with NO_CUHOOK=1, and hooked)
@@ -83,7 +83,7 @@ static void lookups() {
         cudaMalloc(&bufs[i], sizes[i]);
     }
     for (int use_driver = 0; use_driver < 3; use_driver++) {
-        for (int threads = 1; threads <= 16; threads *= 16) {
+        for (int threads = 1; threads <= 16; threads = threads == 1 ? 8 : threads * 2) {
             pthread_t t[16];
             struct job jobs[16];
             for (int k = 0; k < threads; k++) {
