@@ -65,12 +65,18 @@ impl Writer {
     /// hint (published with the edit).
     fn link_table(&mut self, at: Level<'_>, i: usize, t: Ptr<Table>) -> &'static Table {
         let (blo, _) = at.block(i);
-        // Before the link: a reader that reaches the table through the hint checks this.
-        target::<Table>(slot_of(t, TAB))
-            .base
-            .store(blo | (at.level + 1), Release);
+        if !self.aside {
+            // Before the link: a reader that reaches the table through a hint checks this.
+            // Not for a table linked into one built aside: a stale hint to this (recycled)
+            // table must not match before the whole build is linked and filled, or a reader
+            // would read its empty slots as a miss of a range that stayed live throughout.
+            target::<Table>(slot_of(t, TAB))
+                .base
+                .store(blo | (at.level + 1), Release);
+        }
         at.set(i, slot_of(t, TAB));
         match at.level + 1 {
+            _ if self.aside => {}
             1 => self.hint = Some(t),
             NEAR => self.near = Some(t),
             _ => {}
@@ -123,14 +129,18 @@ impl Writer {
                         self.granule_edit(at, i, Some(old), &buf[..n])
                     }
                     (None, true) => {
+                        // Built aside, then linked in one store: the tables inside it get no
+                        // base and become no hint (`link_table`); only its root does, when linked.
                         let t = self.new_table();
                         let tab = target::<Table>(slot_of(t, TAB));
+                        let outer = core::mem::replace(&mut self.aside, true);
                         for &(p, lo, hi) in pieces {
                             if lo <= bhi && hi >= blo {
                                 let inner = Level::child(tab, at.level + 1, blo);
                                 self.link(inner, lo.max(blo), hi.min(bhi), p);
                             }
                         }
+                        self.aside = outer;
                         self.link_table(at, i, t);
                     }
                 }

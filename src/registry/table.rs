@@ -250,7 +250,9 @@ fn find_again(top: &AtomicPtr<Top>, hints: Hints<'_>, ptr: usize) -> Option<RawR
 #[inline(always)]
 fn hinted<'a>(hint: &AtomicPtr<Table>, l: usize, ptr: usize) -> Option<&'a Table> {
     let block = ptr & !((1usize << SHIFT[l - 1]) - 1);
-    deref::<Table>(hint.load(Acquire)).filter(|t| t.base.load(Relaxed) == block | l)
+    // Acquire: a table built aside gets its base after it is filled; seeing that base must mean
+    // seeing the fill (the hint pointer's own Acquire may have paired with an older store).
+    deref::<Table>(hint.load(Acquire)).filter(|t| t.base.load(Acquire) == block | l)
 }
 
 #[inline(always)]

@@ -34,6 +34,9 @@ pub(super) struct Writer {
     pub(super) hint: Option<Ptr<Table>>,
     /// The level-3 table readers may start from (`ReadSide::near`), set when one is linked.
     pub(super) near: Option<Ptr<Table>>,
+    /// True while a table is being built aside (not yet linked): tables linked into it then get
+    /// no `base` and become no hint (`edit.rs`, `link_table`).
+    pub(super) aside: bool,
     /// Whether inserts are taken. Cleared together with the table by [`Registry::close`], under
     /// this lock, so that an insert racing with it (a hook that saw the registry attached just
     /// before the uninstall) cannot land after the clear and stay for good.
@@ -108,6 +111,7 @@ impl Writer {
             leaf: None,
             hint: None,
             near: None,
+            aside: false,
             open: true,
         }
     }
