@@ -59,19 +59,24 @@ pub fn alloc(
     if !attached && !subscribed {
         return;
     }
-    let mut ev = MemEvent::new(EventKind::Alloc, address, size, api);
-    ev.mem_type = mem_type;
-    ev.flags = extra_flags;
-    ev.stream = stream;
-    ev.pool = pool;
     let ctx = query::current_context();
-    ev.context = ctx as usize;
-    ev.device = query::device_of(ctx);
+    let a = Allocation {
+        start: address,
+        size,
+        mem_type,
+        device: query::device_of(ctx),
+        flags: extra_flags,
+        pool,
+        stream,
+        context: ctx as usize,
+        api,
+        seq: 0,
+    };
     if attached {
-        registry::global().insert(Allocation::from_event(&ev));
+        registry::global().insert(a);
     }
     if subscribed {
-        events::dispatch(&ev);
+        events::dispatch(&a.to_event());
     }
 }
 
@@ -355,12 +360,12 @@ pub fn unload_before(api: &'static CStr, owner: usize) -> Pending {
 pub fn settle(pending: Pending, ok: bool) {
     match pending {
         Pending::Nothing => {}
-        Pending::Announced(record) => {
+        // The driver refused the free: the memory is still allocated. The record goes back,
+        // and subscribers, who heard the free, hear the allocation again (flagged EXISTING).
+        // Matched by reference: moving the record out would copy it on every free.
+        Pending::Announced(ref record) => {
             if !ok {
-                // The driver refused the free: the memory is still allocated. The record goes
-                // back, and subscribers, who heard the free, hear the allocation again (flagged
-                // EXISTING).
-                refused(&record);
+                refused(record);
             }
         }
         Pending::AnnouncedSpan(free) => {

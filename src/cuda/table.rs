@@ -122,6 +122,9 @@ macro_rules! cuda_hooks {
     (@original $($store:ident)::+) => {
         pub use super::$($store)::+ as ORIGINAL;
     };
+    // What a hook must finish after the real call: its `before` expression, or nothing.
+    (@before) => { Pending::Nothing };
+    (@before $before:expr) => { $before };
     ($(
         $(#[$doc:meta])*
         $sym:ident [$group:ident, $base:literal $(, original: $($store:ident)::+)?] ($($arg:ident: $ty:ty),*) -> $ret:ty
@@ -168,8 +171,9 @@ macro_rules! cuda_hooks {
                     let mut rc: Option<$ret> = None;
                     // A bug in the event code can never unwind into the C caller.
                     crate::sys::boundary::guarded(|| {
-                        let mut pending = Pending::Nothing;
-                        $( pending = $before; )?
+                        // Bound once (not assigned over `Nothing`): the free hooks' record is
+                        // then built in place instead of copied.
+                        let pending = cuda_hooks!(@before $($before)?);
                         // SAFETY: the caller's own arguments, to the real function.
                         let r = unsafe { real($($arg),*) };
                         rc = Some(r);

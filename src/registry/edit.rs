@@ -359,12 +359,9 @@ impl Writer {
         rec: Ptr<Record>,
     ) -> bool {
         // The pool case first: one free granule of the cached leaf.
-        if let Some(leaf) = self.cached_leaf(lo, hi) {
-            let i = index(LEAF, lo);
-            if i == index(LEAF, hi) && leaf.slots[i].load(Relaxed) == EMPTY {
-                leaf.set(i, slot_of(rec, REC));
-                return true;
-            }
+        if let Some(leaf) = self.pool_granule(lo, hi) {
+            leaf.set(index(LEAF, lo), slot_of(rec, REC));
+            return true;
         }
         let at = match self.cached_leaf(lo, hi) {
             Some(leaf) => leaf,
@@ -394,6 +391,15 @@ impl Writer {
             }
         }
         true
+    }
+
+    /// The pool case of an insert: `[lo, hi]` lies in one granule of the cached leaf, and that
+    /// granule links nothing. Returns the leaf.
+    #[inline(always)]
+    pub(super) fn pool_granule<'a>(&self, lo: usize, hi: usize) -> Option<Level<'a>> {
+        let leaf = self.cached_leaf(lo, hi)?;
+        let i = index(LEAF, lo);
+        (i == index(LEAF, hi) && leaf.slots[i].load(Relaxed) == EMPTY).then_some(leaf)
     }
 
     /// The pool case of a free: the range starting at `start` lies in one granule of the cached

@@ -119,6 +119,12 @@ impl Record {
         (start, start + (self.size.load(Relaxed) - 1))
     }
 
+    /// Writer: the size, read under the writer lock.
+    #[inline(always)]
+    pub(super) fn span_size(&self) -> usize {
+        self.size.load(Relaxed)
+    }
+
     /// Writer: the allocation, read under the writer lock.
     pub(super) fn get(&self) -> Allocation {
         // SAFETY: under the writer lock nothing rewrites a record; it was completely written by
@@ -127,7 +133,9 @@ impl Record {
     }
 
     /// Writer: fills a record that no slot links (readers holding a stale pointer to it will see
-    /// the version change).
+    /// the version change). Always inlined: the pool-case insert fills it from the allocation
+    /// hook's registers.
+    #[inline(always)]
     pub(super) fn store(&self, a: &Allocation) {
         let api = a.api.to_bytes_with_nul();
         let mem_type = a.mem_type as i32 as u8 as usize;

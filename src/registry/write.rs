@@ -4,12 +4,13 @@
 #![allow(unsafe_code)]
 
 use crate::atomics::Ordering;
+use crate::locks::WriterGuard;
 use core::ptr::NonNull;
 
 use super::level::{Level, Piece};
 use super::record::Record;
 use super::slab::{Ptr, Slab};
-use super::table::{slot_of, target, Bucket, Table, Top, REC};
+use super::table::{index, slot_of, target, Bucket, Table, Top, LEAF, REC};
 use super::{Allocation, InsertOutcome, Registry, Removed};
 
 /// Writer state, under the lock.
@@ -21,7 +22,10 @@ pub(super) struct Writer {
     pub(super) recs: Slab<Record>,
     next_seq: u64,
     count: usize,
-    live: u128,
+    /// Bytes in live ranges, modulo 2^64: the ranges are disjoint, so the true total is at most
+    /// 2^64, and the one value that wraps (exactly 2^64, read as 0 with ranges live) is
+    /// published as `usize::MAX` ([`Writer::live_bytes`]).
+    live: usize,
     missed: u64,
     /// Ranges an edit touches (scratch).
     hits: Vec<Ptr<Record>>,
@@ -116,6 +120,16 @@ impl Writer {
         }
     }
 
+    /// Bytes in live ranges, saturated at `usize::MAX`.
+    #[inline(always)]
+    fn live_bytes(&self) -> usize {
+        if self.live == 0 && self.count != 0 {
+            usize::MAX
+        } else {
+            self.live
+        }
+    }
+
     /// Registered ranges and live records, tables and buckets (for the tests' leak checks).
     #[cfg(all(test, not(loom)))]
     pub(super) fn counts(&self) -> (usize, usize, usize, usize) {
@@ -151,6 +165,26 @@ impl Writer {
     /// The top table if there is one (reads need not create it).
     fn top_if_any<'a>(&mut self, reg: &'a Registry) -> Option<Level<'a>> {
         self.top.is_some().then(|| self.top(reg))
+    }
+
+    /// The pool case of an insert: `a` (size > 0) lies in one granule of the cached leaf, and
+    /// that granule is free. Links a new record for it in one store and returns its sequence
+    /// number; `None`, changing nothing, when the general path must run.
+    #[inline(always)]
+    fn insert_pool(&mut self, a: &Allocation) -> Option<u64> {
+        if !self.open {
+            return None;
+        }
+        let hi = a.start.checked_add(a.size - 1)?;
+        let leaf = self.pool_granule(a.start, hi)?;
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        let p = self.recs.alloc();
+        rec(p).store(&Allocation { seq, ..*a });
+        leaf.set(index(LEAF, a.start), slot_of(p, REC));
+        self.count += 1;
+        self.live = self.live.wrapping_add(a.size);
+        Some(seq)
     }
 
     /// A new record holding `a`, not yet linked.
@@ -226,20 +260,33 @@ impl Writer {
 
     /// Unlinks and frees the whole range of record `p`.
     fn drop_range(&mut self, top: Level<'_>, p: Ptr<Record>) -> Allocation {
+        self.unlink_range(top, p);
+        self.retire(p)
+    }
+
+    /// Unlinks the whole range of record `p` (the record stays allocated).
+    fn unlink_range(&mut self, top: Level<'_>, p: Ptr<Record>) {
         let (lo, hi) = rec(p).span();
         if !self.unlink_fast(top, lo, hi, p) {
             self.rewrite(top, lo, hi, p, &[]);
         }
-        self.retire(p)
     }
 
     /// Frees the record of a range no slot links any more; returns the range.
     fn retire(&mut self, p: Ptr<Record>) -> Allocation {
         let a = rec(p).get();
+        self.free_record(p);
+        a
+    }
+
+    /// Frees the record of a range no slot links any more. Its fields stay as they are until
+    /// an edit under this lock reuses it, so the lock's holder may still read them.
+    #[inline(always)]
+    fn free_record(&mut self, p: Ptr<Record>) {
+        let size = rec(p).span_size();
         self.recs.free(p);
         self.count -= 1;
-        self.live -= a.size as u128;
-        a
+        self.live = self.live.wrapping_sub(size);
     }
 }
 
@@ -253,13 +300,36 @@ impl Registry {
     /// dropped (a trimmed range keeps the rest; a range it falls inside is split), and each range
     /// overlapped counts as a missed free: a pool may hand an address out again without the free
     /// having been seen. Size 0 registers nothing.
-    pub fn insert(&self, mut a: Allocation) -> InsertOutcome {
+    ///
+    /// The pool case (a free granule of the leaf table the writer used last) is inlined into the
+    /// caller, the allocation hooks: the record is filled straight from the hook's registers,
+    /// with no 80-byte copy through a call and no second look at the hints.
+    #[inline(always)]
+    pub fn insert(&self, a: Allocation) -> InsertOutcome {
         if a.size == 0 {
             return InsertOutcome::default();
         }
+        let mut guard = self.writer.lock();
+        if let Some(seq) = guard.insert_pool(&a) {
+            self.publish_len(&guard);
+            return InsertOutcome {
+                seq: Some(seq),
+                overwritten: 0,
+                size: a.size,
+            };
+        }
+        self.insert_locked(guard, a)
+    }
+
+    /// Everything [`Self::insert`] does beyond the pool case, under the lock it took.
+    #[inline(never)]
+    fn insert_locked(
+        &self,
+        mut guard: WriterGuard<'_, Writer>,
+        mut a: Allocation,
+    ) -> InsertOutcome {
         let last = a.start.saturating_add(a.size - 1);
         a.size = last - a.start + 1;
-        let mut guard = self.writer.lock();
         let w = &mut *guard;
         if !w.open {
             return InsertOutcome::default();
@@ -281,7 +351,7 @@ impl Registry {
             (bytes, hits)
         };
         w.count += 1;
-        w.live = w.live - lost as u128 + a.size as u128;
+        w.live = w.live.wrapping_sub(lost).wrapping_add(a.size);
         w.missed += overwritten as u64;
         self.publish(w);
         InsertOutcome {
@@ -323,7 +393,7 @@ impl Registry {
         };
         w.find_hits(top, start, last);
         let (bytes, hits, whole) = w.cut(top, start, last, gone);
-        w.live -= bytes as u128;
+        w.live = w.live.wrapping_sub(bytes);
         self.publish(w);
         Removed {
             whole,
@@ -334,19 +404,35 @@ impl Registry {
 
     /// Removes the range that starts exactly at `start` (what `cuMemFree(ptr)` means) and returns
     /// it; its size is the size to report for the free. A pointer inside a range finds nothing.
+    ///
+    /// The pool case (the range alone in one granule of the leaf table the writer used last) is
+    /// inlined into the caller, the free hooks: the record is copied once, into the caller's
+    /// value.
+    #[inline(always)]
     pub fn remove_allocation(&self, start: usize) -> Option<Allocation> {
         let mut guard = self.writer.lock();
-        let w = &mut *guard;
-        let a = match w.unlink_single(start) {
-            Some(p) => w.retire(p),
-            None => {
-                let top = w.top_if_any(self)?;
-                let p = w.locate(top, start).filter(|&p| rec(p).span().0 == start)?;
-                w.drop_range(top, p)
-            }
+        let p = match guard.unlink_single(start) {
+            Some(p) => p,
+            None => self.unlink_allocation(&mut guard, start)?,
         };
-        self.publish(w);
+        guard.free_record(p);
+        self.publish_len(&guard);
+        // Copied last, straight into the caller's value (the record is not reused before the
+        // lock is released).
+        let a = rec(p).get();
+        drop(guard);
         Some(a)
+    }
+
+    /// Beyond the pool case: unlinks the range starting exactly at `start`, publishes the hints
+    /// (tables may have been freed) and returns its record, still to be retired.
+    #[inline(never)]
+    fn unlink_allocation(&self, w: &mut Writer, start: usize) -> Option<Ptr<Record>> {
+        let top = w.top_if_any(self)?;
+        let p = w.locate(top, start).filter(|&p| rec(p).span().0 == start)?;
+        w.unlink_range(top, p);
+        self.publish(w);
+        Some(p)
     }
 
     /// Removes every range for which `pred` is true (e.g. those of a destroyed context) and hands
@@ -442,7 +528,17 @@ impl Registry {
         self.snapshot().into_iter().for_each(f);
     }
 
-    /// Publishes the counters after an edit.
+    /// Publishes the counters after an edit that linked and freed no table (the hints are
+    /// unchanged, and so is the count of missed frees).
+    #[inline(always)]
+    fn publish_len(&self, w: &Writer) {
+        self.stats.len.store(w.count, Ordering::Release);
+        self.stats
+            .live_bytes
+            .store(w.live_bytes(), Ordering::Relaxed);
+    }
+
+    /// Publishes the hints and counters after an edit.
     fn publish(&self, w: &Writer) {
         for (published, table) in [(&self.read.hint, w.hint), (&self.read.near, w.near)] {
             let table = table.map_or(core::ptr::null_mut(), |t| t.as_mut_ptr());
@@ -452,8 +548,9 @@ impl Registry {
             }
         }
         self.stats.len.store(w.count, Ordering::Release);
-        let live = usize::try_from(w.live).unwrap_or(usize::MAX);
-        self.stats.live_bytes.store(live, Ordering::Relaxed);
+        self.stats
+            .live_bytes
+            .store(w.live_bytes(), Ordering::Relaxed);
         self.stats.missed.store(w.missed, Ordering::Relaxed);
     }
 }
