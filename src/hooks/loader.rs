@@ -53,12 +53,6 @@ impl Pin {
         }
     }
 
-    /// The pinned object's `struct link_map` (in glibc, also its handle's identity).
-    pub fn link_map(&self) -> Option<usize> {
-        // SAFETY: the pin keeps the handle live.
-        unsafe { dl::link_map(self.handle) }.map(|m| m as usize)
-    }
-
     /// The load bias of the pinned object.
     fn base(&self) -> Option<usize> {
         // SAFETY: the pin keeps the handle, hence its link map, live.
@@ -73,18 +67,19 @@ impl Pin {
         if !unsafe { dl::in_base_namespace(self.handle) } {
             return None;
         }
-        let map = self.link_map()?;
+        // SAFETY: the pin keeps the handle live.
+        let map = unsafe { dl::link_map(self.handle) }?;
         // SAFETY: the pin keeps the handle live while the program headers are copied.
         let phdrs = unsafe { dl::program_headers(self.handle) }?.to_vec();
-        // SAFETY: the pin keeps the handle live.
-        let (base, name) = unsafe { dl::base_and_name(self.handle) }?;
+        // SAFETY: the pin keeps the object, hence its link map, live.
+        let (base, name) = unsafe { dl::map_base_and_name(map) };
         let obj = LoadedObject {
             base,
             name,
             phdrs,
             position: LoadedObject::UNKNOWN_POSITION,
         };
-        Some((obj, map))
+        Some((obj, map as usize))
     }
 
     /// `dlsym`/`dlvsym` in this object's local scope (the object and its dependencies).

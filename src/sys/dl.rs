@@ -83,17 +83,28 @@ pub(crate) unsafe fn link_map(handle: Handle) -> Option<*const LinkMap> {
 pub(crate) unsafe fn base_and_name(handle: Handle) -> Option<(usize, String)> {
     // SAFETY: the caller keeps the handle, hence the link map, live.
     let map = unsafe { link_map(handle) }?;
-    // SAFETY: a live link map; its name is NUL-terminated and lives as long as the object.
+    // SAFETY: as above.
+    Some(unsafe { map_base_and_name(map) })
+}
+
+/// Load bias and recorded path of the object a link map describes.
+///
+/// # Safety
+/// `map` is a live link map (its object stays loaded while this runs).
+pub(crate) unsafe fn map_base_and_name(map: *const LinkMap) -> (usize, String) {
+    // SAFETY: a live link map (caller's contract).
     let (base, name) = unsafe { ((*map).l_addr, (*map).l_name) };
-    let name = if name.is_null() {
-        String::new()
-    } else {
-        // SAFETY: as above.
-        unsafe { CStr::from_ptr(name) }
-            .to_string_lossy()
-            .into_owned()
+    if name.is_null() {
+        return (base, String::new());
+    }
+    // SAFETY: a live link map's name is NUL-terminated and lives as long as the object.
+    let name = unsafe { CStr::from_ptr(name) };
+    // Paths are nearly always UTF-8: validating is cheaper than the lossy conversion's scan.
+    let name = match name.to_str() {
+        Ok(s) => s.to_owned(),
+        Err(_) => name.to_string_lossy().into_owned(),
     };
-    Some((base, name))
+    (base, name)
 }
 
 /// Whether the object behind `handle` lives in the base namespace (not a `dlmopen` one).
