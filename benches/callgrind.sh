@@ -42,6 +42,16 @@ slope() { # preload live
     echo $(( (y - x) / (b - a) ))
 }
 lib=${LIB:-$root/target/release/libcuhook.so}
+# The constructor installs only from a file named libcuhook*.so (src/init/mod.rs): preload other
+# names through a copy, or they would count as plain.
+as_libcuhook() { # path
+    case "$(basename "$1")" in
+    libcuhook*.so*) echo "$1" ;;
+    *) d="$out/as_libcuhook.$(echo "$1" | cksum | cut -d' ' -f1)"; mkdir -p "$d"; cp "$1" "$d/libcuhook.so"; echo "$d/libcuhook.so" ;;
+    esac
+}
+lib=$(as_libcuhook "$lib")
+[ -z "${BASELINE:-}" ] || BASELINE=$(as_libcuhook "$BASELINE")
 echo "instructions per cuMemAllocAsync+cuMemFreeAsync pair (slope between $a and $b pairs)"
 if [ -n "${BASELINE:-}" ]; then
     printf '%-10s %10s %10s %10s %12s %14s\n' "live" "plain" "preloaded" "added" "baseline" "baseline added"

@@ -397,16 +397,24 @@ impl Writer {
     /// granule links nothing. Returns the leaf.
     #[inline(always)]
     pub(super) fn pool_granule<'a>(&self, lo: usize, hi: usize) -> Option<Level<'a>> {
-        let leaf = self.cached_leaf(lo, hi)?;
-        let i = index(LEAF, lo);
-        (i == index(LEAF, hi) && leaf.slots[i].load(Relaxed) == EMPTY).then_some(leaf)
+        let leaf = self.cached_leaf_granule(lo, hi)?;
+        (leaf.slots[index(LEAF, lo)].load(Relaxed) == EMPTY).then_some(leaf)
+    }
+
+    /// [`Self::cached_leaf`] for a range inside one granule (which never covers the leaf's
+    /// whole block): two comparisons.
+    #[inline(always)]
+    fn cached_leaf_granule<'a>(&self, lo: usize, hi: usize) -> Option<Level<'a>> {
+        let (base, t) = self.leaf?;
+        ((lo ^ hi) >> SHIFT[LEAF] == 0 && (lo ^ base) >> SHIFT[LEAF - 1] == 0)
+            .then(|| Level::child(target::<Table>(slot_of(t, TAB)), LEAF, base))
     }
 
     /// The pool case of a free: the range starting at `start` lies in one granule of the cached
     /// leaf, alone, and the leaf keeps other ranges. Unlinks it in one store and returns it.
     #[inline(always)]
     pub(super) fn unlink_single(&mut self, start: usize) -> Option<Ptr<Record>> {
-        let leaf = self.cached_leaf(start, start)?;
+        let leaf = self.cached_leaf_granule(start, start)?;
         let i = index(LEAF, start);
         let cur = leaf.slots[i].load(Relaxed);
         if tag(cur) != REC || leaf.used.is_none_or(|u| u.load(Relaxed) < 2) {
@@ -414,10 +422,10 @@ impl Writer {
         }
         let p = ptr_of(cur);
         let (lo, hi) = target::<Record>(cur).span();
-        if lo != start || hi >> SHIFT[LEAF] != lo >> SHIFT[LEAF] {
+        if lo != start || (hi ^ lo) >> SHIFT[LEAF] != 0 {
             return None;
         }
-        leaf.set(i, EMPTY);
+        leaf.replace(i, cur, EMPTY);
         Some(p)
     }
 

@@ -50,7 +50,14 @@ impl<'a> Level<'a> {
     /// Stores `v` in slot `i`, keeping the table's count of used slots.
     #[inline]
     pub(super) fn set(&self, i: usize, v: usize) {
-        let old = self.slots[i].load(Relaxed);
+        self.replace(i, self.slots[i].load(Relaxed), v);
+    }
+
+    /// [`Self::set`] for a caller that has just loaded the slot's value `old` (under the writer
+    /// lock, so it is still there): no second load, and the count's update folds away where
+    /// `old` and `v` are known (the pool cases of `edit.rs`).
+    #[inline(always)]
+    pub(super) fn replace(&self, i: usize, old: usize, v: usize) {
         if let Some(used) = self.used {
             match (old == EMPTY, v == EMPTY) {
                 (true, false) => used.store(used.load(Relaxed) + 1, Relaxed),

@@ -10,7 +10,7 @@ use core::ptr::NonNull;
 use super::level::{Level, Piece};
 use super::record::Record;
 use super::slab::{Ptr, Slab};
-use super::table::{index, slot_of, target, Bucket, Table, Top, LEAF, REC};
+use super::table::{index, slot_of, target, Bucket, Table, Top, EMPTY, LEAF, REC};
 use super::{Allocation, InsertOutcome, Registry, Removed};
 
 /// Writer state, under the lock.
@@ -181,7 +181,7 @@ impl Writer {
         let seq = self.next_seq;
         let p = self.recs.alloc();
         rec(p).store(&Allocation { seq, ..*a });
-        leaf.set(index(LEAF, a.start), slot_of(p, REC));
+        leaf.replace(index(LEAF, a.start), EMPTY, slot_of(p, REC));
         self.count += 1;
         self.live = self.live.wrapping_add(a.size);
         Some(seq)
