@@ -2,7 +2,7 @@
 //! that a child never inherits the lock held by a thread that does not exist in it.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::hooks::substitution::publish;
@@ -30,6 +30,13 @@ static HELD_FOR_FORK: AtomicBool = AtomicBool::new(false);
 /// In a child: the patch lock was inherited held by a thread that does not exist here (the
 /// fork handlers could not take it in time), so no operation can ever run.
 static ORPHANED: AtomicBool = AtomicBool::new(false);
+/// Forks waiting in [`prepare_fork`] for the patch lock. While one is, no operation starts: the
+/// lock is not fair, and with operations run back to back (a loop of installs) the thread that
+/// ends one takes the lock again before a forking thread, which only tries between yields, gets
+/// a turn. On a busy host that starved the fork for the whole of [`FORK_PATIENCE`], and it then
+/// went on with the lock held by another thread, possibly inside the loader: its child waited
+/// for ever in its first `dlopen`.
+static FORKS_WAITING: AtomicUsize = AtomicUsize::new(0);
 /// How long the fork handler waits for a running operation to end. Operations are short; only
 /// a fork from a thread holding the loader lock (a constructor) while an operation waits for
 /// that lock reaches it.
@@ -60,6 +67,7 @@ extern "C" fn prepare_fork() {
     // The handlers run, so they are registered: the child must not register them again.
     REGISTRATION.mark_done();
     if !IN_OPERATION.with(|f| f.get()) {
+        FORKS_WAITING.fetch_add(1, Ordering::AcqRel);
         let start = Instant::now();
         loop {
             if let Some(guard) = STATE.try_lock() {
@@ -72,6 +80,7 @@ extern "C" fn prepare_fork() {
             }
             std::thread::yield_now();
         }
+        FORKS_WAITING.fetch_sub(1, Ordering::AcqRel);
     }
     crate::hooks::substitution::hold_for_fork();
 }
@@ -92,6 +101,8 @@ extern "C" fn after_fork() {
 /// After a fork, in the child: as in the parent; a lock the handler could not take belongs to
 /// a thread that is gone, so the engine refuses operations instead of waiting forever.
 extern "C" fn after_fork_child() {
+    // Forks other threads were waiting for do not happen here (those threads are gone).
+    FORKS_WAITING.store(0, Ordering::Release);
     crate::elf::CheckedSpan::recheck_after_fork();
     let held = HELD_FOR_FORK.load(Ordering::Acquire);
     if !held && STATE.is_locked() && !IN_OPERATION.with(|f| f.get()) {
@@ -107,13 +118,21 @@ impl Operation {
             return None;
         }
         protect_fork();
-        let guard = match STATE.try_lock() {
+        // A waiting fork goes first (`FORKS_WAITING`).
+        let free = || {
+            if FORKS_WAITING.load(Ordering::Acquire) == 0 {
+                STATE.try_lock()
+            } else {
+                None
+            }
+        };
+        let guard = match free() {
             Some(g) => g,
             None => {
                 let start = Instant::now();
                 loop {
                     std::thread::yield_now();
-                    if let Some(g) = STATE.try_lock() {
+                    if let Some(g) = free() {
                         break g;
                     }
                     if patience.is_some_and(|p| start.elapsed() >= p) {
@@ -144,5 +163,60 @@ impl Drop for Operation {
         SCANNED_SUBS.store(c.subs, Ordering::Release);
         clear_error();
         IN_OPERATION.with(|f| f.set(false));
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+    use std::sync::mpsc;
+
+    /// A fork waiting for the patch lock gets it when the running operation ends, before an
+    /// operation started right after by the same thread (an install loop). Before the gate the
+    /// second operation took the lock back at once and the fork waited for it to end too.
+    #[test]
+    fn a_waiting_fork_goes_before_the_next_operation() {
+        static ORDER: AtomicU32 = AtomicU32::new(0);
+        let (fork_got, next_got) = (AtomicU32::new(0), AtomicU32::new(0));
+        let (release, released) = mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            let (next_got, fork_got) = (&next_got, &fork_got);
+            let holder = s.spawn(move || {
+                let op = Operation::begin(None).expect("the lock is free");
+                released.recv().unwrap();
+                drop(op);
+                // Straight back in, as a loop of installs does.
+                let op = Operation::begin(None).expect("no patience limit");
+                next_got.store(ORDER.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                // Held a while: without the gate the fork would wait for this too.
+                std::thread::sleep(Duration::from_millis(200));
+                drop(op);
+            });
+            while !STATE.is_locked() {
+                std::thread::yield_now();
+            }
+            let fork = s.spawn(move || {
+                prepare_fork();
+                fork_got.store(ORDER.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                assert!(
+                    HELD_FOR_FORK.load(Ordering::Acquire),
+                    "the fork holds the lock"
+                );
+                after_fork();
+            });
+            while FORKS_WAITING.load(Ordering::Acquire) == 0 {
+                std::thread::yield_now();
+            }
+            release.send(()).unwrap();
+            fork.join().unwrap();
+            holder.join().unwrap();
+        });
+        let (f, n) = (fork_got.into_inner(), next_got.into_inner());
+        assert!(f != 0 && n != 0);
+        assert!(
+            f < n,
+            "the fork (turn {f}) went after the next operation (turn {n})"
+        );
     }
 }
