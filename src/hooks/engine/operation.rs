@@ -37,6 +37,10 @@ static ORPHANED: AtomicBool = AtomicBool::new(false);
 /// went on with the lock held by another thread, possibly inside the loader: its child waited
 /// for ever in its first `dlopen`.
 static FORKS_WAITING: AtomicUsize = AtomicUsize::new(0);
+/// How long an operation lets waiting forks go first before it competes for the lock as before:
+/// threads forking back to back (each fork holds the lock across its `fork`) would otherwise
+/// keep every operation out, and a new library would stay unpatched.
+const FORK_PRIORITY: Duration = Duration::from_millis(500);
 /// How long the fork handler waits for a running operation to end. Operations are short; only
 /// a fork from a thread holding the loader lock (a constructor) while an operation waits for
 /// that lock reaches it.
@@ -78,9 +82,14 @@ extern "C" fn prepare_fork() {
             if start.elapsed() >= FORK_PATIENCE {
                 break;
             }
+            #[cfg(all(test, not(loom)))]
+            tests::note_waiting();
             std::thread::yield_now();
         }
-        FORKS_WAITING.fetch_sub(1, Ordering::AcqRel);
+        // Never below zero: a fork made meanwhile by a signal handler on this thread reset the
+        // count in its child, which then goes on here.
+        let _ =
+            FORKS_WAITING.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
     }
     crate::hooks::substitution::hold_for_fork();
 }
@@ -118,9 +127,10 @@ impl Operation {
             return None;
         }
         protect_fork();
-        // A waiting fork goes first (`FORKS_WAITING`).
+        // A waiting fork goes first (`FORKS_WAITING`), for `FORK_PRIORITY` at most.
+        let start = Instant::now();
         let free = || {
-            if FORKS_WAITING.load(Ordering::Acquire) == 0 {
+            if FORKS_WAITING.load(Ordering::Acquire) == 0 || start.elapsed() >= FORK_PRIORITY {
                 STATE.try_lock()
             } else {
                 None
@@ -128,18 +138,15 @@ impl Operation {
         };
         let guard = match free() {
             Some(g) => g,
-            None => {
-                let start = Instant::now();
-                loop {
-                    std::thread::yield_now();
-                    if let Some(g) = free() {
-                        break g;
-                    }
-                    if patience.is_some_and(|p| start.elapsed() >= p) {
-                        return None;
-                    }
+            None => loop {
+                std::thread::yield_now();
+                if let Some(g) = free() {
+                    break g;
                 }
-            }
+                if patience.is_some_and(|p| start.elapsed() >= p) {
+                    return None;
+                }
+            },
         };
         IN_OPERATION.with(|f| f.set(true));
         Some(Operation {
@@ -172,6 +179,33 @@ mod tests {
     use std::sync::atomic::AtomicU32;
     use std::sync::mpsc;
 
+    thread_local! {
+        /// Set on the test's forking thread, so that the forks of other tests in this process
+        /// (their prepare handlers run too) are not mistaken for it.
+        static THE_TEST_FORK: Cell<bool> = const { Cell::new(false) };
+    }
+    /// The test's fork is waiting in `prepare_fork` (counted in `FORKS_WAITING`).
+    static TEST_FORK_WAITING: AtomicBool = AtomicBool::new(false);
+
+    /// Called from `prepare_fork`'s wait loop.
+    pub(super) fn note_waiting() {
+        if THE_TEST_FORK.with(|f| f.get()) {
+            TEST_FORK_WAITING.store(true, Ordering::Release);
+        }
+    }
+
+    /// Waits for `cond`, failing the test after 20 s instead of hanging.
+    fn wait_until(what: &str, cond: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !cond() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "waited too long for {what}"
+            );
+            std::thread::yield_now();
+        }
+    }
+
     /// A fork waiting for the patch lock gets it when the running operation ends, before an
     /// operation started right after by the same thread (an install loop). Before the gate the
     /// second operation took the lock back at once and the fork waited for it to end too.
@@ -190,24 +224,23 @@ mod tests {
                 let op = Operation::begin(None).expect("no patience limit");
                 next_got.store(ORDER.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
                 // Held a while: without the gate the fork would wait for this too.
-                std::thread::sleep(Duration::from_millis(200));
+                std::thread::sleep(Duration::from_millis(50));
                 drop(op);
             });
-            while !STATE.is_locked() {
-                std::thread::yield_now();
-            }
+            wait_until("the first operation", || STATE.is_locked());
             let fork = s.spawn(move || {
+                THE_TEST_FORK.with(|f| f.set(true));
                 prepare_fork();
                 fork_got.store(ORDER.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                assert!(
-                    HELD_FOR_FORK.load(Ordering::Acquire),
-                    "the fork holds the lock"
-                );
+                let held = HELD_FOR_FORK.load(Ordering::Acquire);
+                // Released before any assertion: a failure must not leave the locks held.
                 after_fork();
+                THE_TEST_FORK.with(|f| f.set(false));
+                assert!(held, "the fork held the lock");
             });
-            while FORKS_WAITING.load(Ordering::Acquire) == 0 {
-                std::thread::yield_now();
-            }
+            wait_until("the fork to wait", || {
+                TEST_FORK_WAITING.load(Ordering::Acquire)
+            });
             release.send(()).unwrap();
             fork.join().unwrap();
             holder.join().unwrap();
