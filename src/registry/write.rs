@@ -547,10 +547,7 @@ impl Registry {
                 published.store(table, Ordering::Release);
             }
         }
-        self.stats.len.store(w.count, Ordering::Release);
-        self.stats
-            .live_bytes
-            .store(w.live_bytes(), Ordering::Relaxed);
+        self.publish_len(w);
         self.stats.missed.store(w.missed, Ordering::Relaxed);
     }
 }

@@ -127,26 +127,31 @@ impl Operation {
             return None;
         }
         protect_fork();
-        // A waiting fork goes first (`FORKS_WAITING`), for `FORK_PRIORITY` at most.
-        let start = Instant::now();
-        let free = || {
-            if FORKS_WAITING.load(Ordering::Acquire) == 0 || start.elapsed() >= FORK_PRIORITY {
-                STATE.try_lock()
-            } else {
+        // A waiting fork goes first (`FORKS_WAITING`), for `FORK_PRIORITY` at most. The clock
+        // is read only once the lock was not free at the first try.
+        let free = |waiting_since: Option<Instant>| {
+            let forks_first = FORKS_WAITING.load(Ordering::Acquire) != 0
+                && waiting_since.is_none_or(|t| t.elapsed() < FORK_PRIORITY);
+            if forks_first {
                 None
+            } else {
+                STATE.try_lock()
             }
         };
-        let guard = match free() {
+        let guard = match free(None) {
             Some(g) => g,
-            None => loop {
-                std::thread::yield_now();
-                if let Some(g) = free() {
-                    break g;
+            None => {
+                let start = Instant::now();
+                loop {
+                    std::thread::yield_now();
+                    if let Some(g) = free(Some(start)) {
+                        break g;
+                    }
+                    if patience.is_some_and(|p| start.elapsed() >= p) {
+                        return None;
+                    }
                 }
-                if patience.is_some_and(|p| start.elapsed() >= p) {
-                    return None;
-                }
-            },
+            }
         };
         IN_OPERATION.with(|f| f.set(true));
         Some(Operation {
