@@ -166,3 +166,94 @@ fn one_new_object_is_handled_without_a_walk() {
         installed.uninstall().unwrap();
     }
 }
+
+/// A hooked function that nothing imports gets its original when a library defining it is
+/// opened later, loaded `RTLD_LOCAL` (found in its own scope) or `RTLD_GLOBAL` (globally):
+/// a new object's patch looks for the originals of the hooks whose names it may define (its
+/// name filter), and must not miss one. Runs in a child process of its own (the other
+/// in-process test counts this process's scans).
+#[test]
+fn a_later_library_defining_a_hooked_function_gives_its_original() {
+    use std::ffi::{c_char, c_int, c_void, CString};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    if std::env::var_os("CUHOOK_TEST_LATE_DEFINER").is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_later_library_defining_a_hooked_function_gives_its_original",
+                "--nocapture",
+            ])
+            .env("CUHOOK_TEST_LATE_DEFINER", "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    static REAL_ANSWER: AtomicUsize = AtomicUsize::new(0);
+    extern "C" fn answer() -> c_int {
+        // SAFETY: never called (nothing imports subonly_answer); its type if it were.
+        let real: extern "C" fn() -> c_int =
+            unsafe { std::mem::transmute(REAL_ANSWER.load(Ordering::Acquire)) };
+        real() + 1
+    }
+    type Open = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
+    type Close = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+    let dir = common::fixtures_dir();
+    let path = |name: &str| CString::new(dir.join(name).to_str().unwrap()).unwrap();
+    let lib = path("sub/libsubonly.so");
+    // SAFETY: fixture libraries built by build.rs; symbols looked up with their C types.
+    unsafe {
+        let caller = libc::dlopen(path("libdlcaller.so").as_ptr(), libc::RTLD_NOW);
+        assert!(!caller.is_null());
+        let open: Open = std::mem::transmute(libc::dlsym(caller, c"dlcaller_open".as_ptr()));
+        let close: Close = std::mem::transmute(libc::dlsym(caller, c"dlcaller_close".as_ptr()));
+        assert!(libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD).is_null());
+
+        let set = cuhook::hooks::HookSet::new(
+            "late definer",
+            vec![cuhook::hooks::Hook::new(
+                "subonly_answer",
+                answer as *const () as usize,
+                &REAL_ANSWER,
+            )
+            .unwrap()],
+        )
+        .unwrap();
+        let installed = cuhook::hooks::install(&set).unwrap();
+        assert_eq!(
+            REAL_ANSWER.load(Ordering::Acquire),
+            0,
+            "nothing defines it yet"
+        );
+
+        // One new object, local: found in its own scope.
+        let before = cuhook::hooks::diagnostics();
+        let h = open(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        assert!(!h.is_null());
+        let defined = libc::dlsym(h, c"subonly_answer".as_ptr()) as usize;
+        assert_ne!(defined, 0);
+        assert_eq!(REAL_ANSWER.load(Ordering::Acquire), defined, "RTLD_LOCAL");
+        let after = cuhook::hooks::diagnostics();
+        assert!(after.quick_scans > before.quick_scans, "{after}");
+        assert_eq!(close(h), 0);
+
+        // Global this time, after a reinstall (the old original is stale: reset it).
+        installed.uninstall().unwrap();
+        REAL_ANSWER.store(0, Ordering::Release);
+        let installed = cuhook::hooks::install(&set).unwrap();
+        assert_eq!(REAL_ANSWER.load(Ordering::Acquire), 0, "unloaded again");
+        let h = libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
+        assert!(!h.is_null());
+        cuhook::hooks::rescan(Some(std::time::Duration::from_secs(10))).unwrap();
+        let defined = libc::dlsym(h, c"subonly_answer".as_ptr()) as usize;
+        assert_eq!(REAL_ANSWER.load(Ordering::Acquire), defined, "RTLD_GLOBAL");
+        installed.uninstall().unwrap();
+    }
+}

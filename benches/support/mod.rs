@@ -215,9 +215,14 @@ extern "C" fn free_async(p: u64, stream: *mut c_void) -> c_int {
     real(p, stream)
 }
 
-/// A hook set for the stream-ordered pair the bench libraries import.
+/// The hook set the benches install: a set of the stream-ordered pair the bench libraries
+/// import; with `BENCH_SET=cuda`, cuhook's own CUDA set (every hooked name, ≈ 80: what an
+/// install in a real process looks for in each object).
 pub fn hook_set() -> cuhook::hooks::HookSet {
     use cuhook::hooks::{Hook, HookSet};
+    if std::env::var_os("BENCH_SET").is_some_and(|s| s == "cuda") {
+        return cuhook::cuda::hook_set().unwrap();
+    }
     let hooks = vec![
         Hook::new(
             "cuMemAllocAsync",

@@ -18,6 +18,7 @@ use super::room::{extend, push, Full};
 use super::snapshot::LoadedObject;
 use super::symbols::wanted_indexes;
 use super::versions::VersionNames;
+use super::wanted::{gnu_hash, WantedNames};
 use crate::Result;
 use goblin::elf::program_header::PF_X;
 
@@ -91,6 +92,9 @@ pub struct ObjectIndex {
     /// The object may define one of the wanted symbols (its scope can tell where a hooked
     /// function lives even when nothing imports it through a slot).
     pub defines_wanted: bool,
+    /// Which wanted names it may define, and which its slots import.
+    defines: NameFilter,
+    imports: NameFilter,
     /// Relocations of wanted symbols that the loader wrote into the object's code
     /// (`DT_TEXTREL`). Code is never made writable, so calls made through them are not seen.
     pub text_references: usize,
@@ -169,6 +173,7 @@ impl IndexRoom {
 pub struct Indexed {
     has_constructors: bool,
     defines_wanted: bool,
+    defines: NameFilter,
     text_references: usize,
     entries: std::ops::Range<usize>,
     arena: std::ops::Range<usize>,
@@ -193,14 +198,15 @@ impl ObjectIndex {
     /// Read the object's relocation tables and index every hookable slot of a symbol named in
     /// `wanted` (sorted; `None`: every symbol).
     pub fn build(object: Arc<LoadedObject>, wanted: Option<&[Vec<u8>]>) -> Result<ObjectIndex> {
-        ObjectIndex::build_in(object, wanted, &mut IndexRoom::growable())
+        let wanted = wanted.map(WantedNames::of);
+        ObjectIndex::build_in(object, wanted.as_ref(), &mut IndexRoom::growable())
     }
 
     /// [`ObjectIndex::build`] in a growable room kept by the caller and emptied first: one
     /// object after another, the room's storage is reused instead of grown from nothing.
     pub fn build_in(
         object: Arc<LoadedObject>,
-        wanted: Option<&[Vec<u8>]>,
+        wanted: Option<&WantedNames>,
         room: &mut IndexRoom,
     ) -> Result<ObjectIndex> {
         room.clear();
@@ -217,7 +223,7 @@ impl ObjectIndex {
     /// is not scanned at all. On `Full` the room is left as it was.
     pub fn index_into(
         object: &LoadedObject,
-        wanted: Option<&[Vec<u8>]>,
+        wanted: Option<&WantedNames>,
         room: &mut IndexRoom,
     ) -> std::result::Result<Indexed, IndexFailure> {
         let mark = (room.entries.len(), room.arena.len());
@@ -253,13 +259,20 @@ impl ObjectIndex {
             .collect();
         // DT_RELA may cover DT_JMPREL on some linkers: keep each slot once.
         entries.dedup_by_key(|e| e.slot.address);
+        let arena = room.arena[part.arena.clone()].to_vec();
+        let imports = entries
+            .iter()
+            .map(|e| NameFilter::of(gnu_hash(name_of(&arena, e.name))))
+            .fold(NameFilter::EMPTY, |a, b| a | b);
         ObjectIndex {
             object,
             has_constructors: part.has_constructors,
             defines_wanted: part.defines_wanted,
+            defines: part.defines,
+            imports,
             text_references: part.text_references,
             entries,
-            arena: room.arena[part.arena.clone()].to_vec(),
+            arena,
         }
     }
 
@@ -288,6 +301,18 @@ impl ObjectIndex {
         let e = self.entries.iter().find(|e| e.slot.address == address)?;
         e.version
             .and_then(|v| std::str::from_utf8(name_of(&self.arena, v)).ok())
+    }
+
+    /// The wanted names the object may define (by GNU hash): a new object's patch looks for
+    /// the originals of only those hooks.
+    pub fn defines(&self) -> NameFilter {
+        self.defines
+    }
+
+    /// The names its slots may import (by GNU hash): a patch asks this of each hook (≈ 80 with
+    /// the CUDA set) before searching the slots by name.
+    pub fn imports(&self) -> NameFilter {
+        self.imports
     }
 
     /// Whether any slot is a non-PIE executable's canonical PLT import (see
@@ -331,16 +356,49 @@ impl IndexFailure {
     }
 }
 
+/// A set of names as a 64-bit filter keyed by their GNU hash ([`gnu_hash`](super::gnu_hash)):
+/// a name not in the set is usually turned away by one bit test; one in it, always let through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NameFilter(u64);
+
+impl NameFilter {
+    pub const EMPTY: NameFilter = NameFilter(0);
+    /// Lets every name through (what is not known is not excluded).
+    pub const ALL: NameFilter = NameFilter(u64::MAX);
+
+    /// The set of the one name with this hash.
+    pub fn of(hash: u32) -> NameFilter {
+        NameFilter(1 << (hash % 64))
+    }
+
+    /// Whether a name with this hash may be in the set.
+    pub fn may_hold(self, hash: u32) -> bool {
+        self.0 & NameFilter::of(hash).0 != 0
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl std::ops::BitOr for NameFilter {
+    type Output = NameFilter;
+    fn bitor(self, other: NameFilter) -> NameFilter {
+        NameFilter(self.0 | other.0)
+    }
+}
+
 /// The work of [`ObjectIndex::index_into`]: append the object's entries to the room and return
 /// its part (ranges filled in by the caller); may leave a partial part behind on error.
 fn index_tables(
     object: &LoadedObject,
-    wanted: Option<&[Vec<u8>]>,
+    wanted: Option<&WantedNames>,
     room: &mut IndexRoom,
 ) -> std::result::Result<Indexed, IndexFailure> {
     let mut part = Indexed {
         has_constructors: false,
         defines_wanted: false,
+        defines: NameFilter::EMPTY,
         text_references: 0,
         entries: 0..0,
         arena: 0..0,
@@ -371,21 +429,30 @@ fn index_tables(
         None => false,
     };
     let indexes: Option<&[u32]> = by_index.then_some(&indexes[..]);
-    part.defines_wanted = match indexes {
-        Some(ix) => ix.iter().any(|&i| {
-            tables
-                .sym_addr(i as usize)
-                .and_then(|a| img.read::<Sym>(a))
-                .is_some_and(|s| s.st_shndx as u32 != SHN_UNDEF)
+    // Which wanted names the object defines, by GNU hash (read only for defined symbols:
+    // an object defines few of the names it is searched for, and imports are undefined).
+    part.defines = match indexes {
+        Some(ix) => ix.iter().fold(NameFilter::EMPTY, |bits, &i| {
+            let Some(sym) = tables.sym_addr(i as usize).and_then(|a| img.read::<Sym>(a)) else {
+                return bits;
+            };
+            if sym.st_shndx as u32 == SHN_UNDEF {
+                return bits;
+            }
+            bits | match tables.string(&img, sym.st_name as usize) {
+                Some(name) => NameFilter::of(gnu_hash(name)),
+                None => NameFilter::ALL,
+            }
         }),
-        None => true,
+        None => NameFilter::ALL,
     };
+    part.defines_wanted = !part.defines.is_empty();
     if indexes.is_some_and(|i| i.is_empty()) {
         return Ok(finish(part, entries, arena));
     }
     let by_name = |name: &[u8]| match wanted {
         None => true,
-        Some(names) => names.binary_search_by(|w| w.as_slice().cmp(name)).is_ok(),
+        Some(names) => names.contains(name),
     };
     let versions = VersionNames::read(&img, &tables, versions, fixed)?;
     // The wanted symbol indexes as a 4,096-bit filter: most relocations of a big library name
@@ -603,11 +670,12 @@ mod tests {
             .map(|n| n.as_bytes().to_vec())
             .collect();
         let objects = snapshot().objects;
+        let wanted = WantedNames::of(&names);
         let mut room = IndexRoom::fixed(4096, 1 << 16, names.len());
         let (entries, arena) = (room.entries.capacity(), room.arena.capacity());
         let mut parts = Vec::new();
         for obj in &objects {
-            parts.push(ObjectIndex::index_into(obj, Some(&names), &mut room));
+            parts.push(ObjectIndex::index_into(obj, Some(&wanted), &mut room));
         }
         assert_eq!(
             (room.entries.capacity(), room.arena.capacity()),
@@ -632,10 +700,63 @@ mod tests {
         let exe = &objects[0];
         let mut tiny = IndexRoom::fixed(1, 1 << 16, names.len());
         assert_eq!(
-            ObjectIndex::index_into(exe, Some(&names), &mut tiny).unwrap_err(),
+            ObjectIndex::index_into(exe, Some(&wanted), &mut tiny).unwrap_err(),
             IndexFailure::Full
         );
         assert!(tiny.is_empty(), "a refused object leaves nothing behind");
+    }
+
+    /// The name filters never turn away a name the object imports through a slot or defines
+    /// (in every object of this process); a name it neither imports nor defines is usually
+    /// turned away.
+    #[test]
+    fn name_filters_hold_every_imported_and_defined_name() {
+        let names = [
+            "malloc",
+            "free",
+            "getpid",
+            "dlopen",
+            "dlsym",
+            "pthread_create",
+            "strlen",
+            "memcpy",
+            "abort",
+            "write",
+            "__cxa_finalize",
+            "_Unwind_Resume",
+        ];
+        let wanted = WantedNames::of(names);
+        let (mut imported, mut defined) = (0, 0);
+        for obj in snapshot().objects {
+            let Ok(idx) = ObjectIndex::build(obj.clone(), Some(wanted.names())) else {
+                continue;
+            };
+            for (name, _, _) in idx.iter() {
+                assert!(idx.imports().may_hold(gnu_hash(name.as_bytes())), "{name}");
+                imported += 1;
+            }
+            for name in names {
+                if crate::elf::defines(&obj, name, None) {
+                    assert!(
+                        idx.defines().may_hold(gnu_hash(name.as_bytes())),
+                        "{} defines {name}",
+                        obj.display_name()
+                    );
+                    defined += 1;
+                }
+            }
+            if idx.is_empty() {
+                assert_eq!(idx.imports(), NameFilter::EMPTY, "{}", obj.display_name());
+            }
+        }
+        assert!(
+            imported > 0 && defined > 0,
+            "{imported} imported, {defined} defined"
+        );
+        let one = NameFilter::of(gnu_hash(b"malloc"));
+        assert!(one.may_hold(gnu_hash(b"malloc")) && !one.is_empty());
+        assert!(!NameFilter::EMPTY.may_hold(gnu_hash(b"malloc")));
+        assert!(NameFilter::ALL.may_hold(gnu_hash(b"anything")));
     }
 
     /// Relocation tables walked as arrays give exactly the entries read one by one, in every

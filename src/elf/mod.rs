@@ -12,12 +12,14 @@ mod room;
 mod snapshot;
 mod symbols;
 mod versions;
+mod wanted;
 
 pub use dynamic::{absolute, BadTables, DynamicTables, RelocTable};
 pub use image::segments_contain;
-pub use index::{IndexFailure, IndexRoom, Indexed, ObjectIndex, RelocKind, Slot};
+pub use index::{IndexFailure, IndexRoom, Indexed, NameFilter, ObjectIndex, RelocKind, Slot};
 pub(crate) use protection::errno_of;
 pub use protection::{letters, CheckedSpan, ProtectionMap};
 pub use room::Full;
 pub use snapshot::{counters, snapshot, Counters, LoadedObject, Snapshot};
 pub use symbols::defines;
+pub use wanted::{gnu_hash, WantedNames};

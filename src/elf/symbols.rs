@@ -11,30 +11,10 @@ use super::image::Image;
 use super::room::{push, Full};
 use super::snapshot::LoadedObject;
 use super::versions::VersionNames;
+use super::wanted::{gnu_hash, sysv_hash, WantedNames};
 
 /// Bound on hash-chain walks (corrupt tables must not loop forever).
 const MAX_CHAIN: usize = 1 << 20;
-
-/// The GNU hash of a name (goblin 0.10 keeps its own `gnu_hash` module crate-private, and its
-/// table lookup needs the table as a trusted slice, where ours reads a loaded object's memory
-/// with bounds checks).
-fn gnu_hash(name: &[u8]) -> u32 {
-    name.iter()
-        .fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(c as u32))
-}
-
-fn sysv_hash(name: &[u8]) -> u32 {
-    let mut h = 0u32;
-    for &c in name {
-        h = (h << 4).wrapping_add(c as u32);
-        let g = h & 0xf000_0000;
-        if g != 0 {
-            h ^= g >> 24;
-        }
-        h &= !g;
-    }
-    h
-}
 
 /// Whether `obj` itself defines `name` (with `version`, when given) as a global or weak,
 /// non-TLS symbol.
@@ -82,28 +62,28 @@ pub fn defines(obj: &LoadedObject, name: &str, version: Option<&str>) -> bool {
     false
 }
 
-/// The dynamic-symbol indexes whose names are in `names` (sorted), found through the hash
-/// table instead of by reading the name of every relocation's symbol, into `found` (sorted,
-/// without repeats; when `fixed`, within its capacity). `Ok(false)` when the object has no
-/// usable hash table (then every relocation must be checked by name).
+/// The dynamic-symbol indexes whose names are in `names`, found through the hash table instead
+/// of by reading the name of every relocation's symbol, into `found` (sorted, without repeats;
+/// when `fixed`, within its capacity). `Ok(false)` when the object has no usable hash table
+/// (then every relocation must be checked by name).
 ///
 /// Complete by construction: a GNU hash table covers every symbol from `symoffset` on, so the
 /// symbols below it (the unhashed ones: imports, locals; usually few) are read by name and the
-/// rest are looked up per wanted name; a SysV table covers every symbol.
+/// rest are looked up per wanted name (most are turned away by the table's Bloom filter, as
+/// the loader turns them away); a SysV table covers every symbol.
 pub(crate) fn wanted_indexes(
     img: &Image<'_>,
     t: &DynamicTables,
-    names: &[Vec<u8>],
+    names: &WantedNames,
     found: &mut Vec<u32>,
     fixed: bool,
 ) -> Result<bool, Full> {
     found.clear();
-    let prefixes = Prefixes::of(names);
     let symbol = |index: usize| t.sym_addr(index).and_then(|a| img.read::<Sym>(a));
     let is_wanted_symbol = |sym: Sym| -> bool {
-        prefixes.may_name(img, t, sym.st_name as usize)
+        names.may_name(img, t, sym.st_name as usize)
             && t.string(img, sym.st_name as usize)
-                .is_some_and(|n| names.binary_search_by(|w| w.as_slice().cmp(n)).is_ok())
+                .is_some_and(|n| names.contains(n))
     };
     let is_wanted = |index: usize| symbol(index).is_some_and(is_wanted_symbol);
     // Record a wanted index; true (stop) when there is no room left.
@@ -121,18 +101,19 @@ pub(crate) fn wanted_indexes(
                 return Err(Full);
             }
         }
-        for name in names {
-            let named = |index: usize| {
-                symbol(index).and_then(|sym| t.string(img, sym.st_name as usize))
-                    == Some(name.as_slice())
-            };
-            if walk_gnu(img, at, name, |index| named(index) && take(index)) {
-                return Err(Full);
+        if let Some(table) = GnuTable::read(img, at) {
+            for (name, hash) in names.with_gnu_hashes() {
+                let named = |index: usize| {
+                    symbol(index).and_then(|sym| t.string(img, sym.st_name as usize)) == Some(name)
+                };
+                if table.walk(img, hash, |index| named(index) && take(index)) {
+                    return Err(Full);
+                }
             }
         }
     } else if let Some(at) = t.hash {
-        for name in names {
-            if walk_sysv(img, at, name, |index| is_wanted(index) && take(index)) {
+        for (_, hash) in names.with_sysv_hashes() {
+            if walk_sysv(img, at, hash, |index| is_wanted(index) && take(index)) {
                 return Err(Full);
             }
         }
@@ -142,43 +123,6 @@ pub(crate) fn wanted_indexes(
     found.sort_unstable();
     found.dedup();
     Ok(true)
-}
-
-/// The first two bytes of each wanted name, as a 4,096-bit set. A big library imports
-/// thousands of symbols that no hash table covers, nearly all C++ names (`_Z...`); each is
-/// passed over after one two-byte read and a bit test instead of a string scan and a search.
-struct Prefixes([u64; 64]);
-
-impl Prefixes {
-    fn of(names: &[Vec<u8>]) -> Prefixes {
-        let mut set = [0u64; 64];
-        for name in names {
-            let k = Self::key(
-                name.first().copied().unwrap_or(0),
-                name.get(1).copied().unwrap_or(0),
-            );
-            set[k >> 6] |= 1 << (k & 63);
-        }
-        Prefixes(set)
-    }
-
-    fn key(b0: u8, b1: u8) -> usize {
-        ((b0 as usize & 63) << 6) | (b1 as usize & 63)
-    }
-
-    /// Whether the string at `offset` may be one of the names: false only when its first two
-    /// bytes (the second is the NUL of a one-byte name) start none of them, or cannot be read.
-    fn may_name(&self, img: &Image<'_>, t: &DynamicTables, offset: usize) -> bool {
-        if t.strsz != 0 && offset.saturating_add(2) > t.strsz {
-            return true; // too near the end to read two bytes: let the full check decide
-        }
-        let Some(two) = img.read::<u16>(t.strtab.wrapping_add(offset)) else {
-            return true;
-        };
-        let [b0, b1] = two.to_ne_bytes();
-        let k = Self::key(b0, b1);
-        self.0[k >> 6] & (1 << (k & 63)) != 0
-    }
 }
 
 /// How many symbols precede the hashed ones of a GNU hash table at `at`: the imports are among
@@ -216,59 +160,99 @@ fn unhashed_symbols(img: &Image<'_>, t: &DynamicTables, at: usize) -> Option<usi
 }
 
 fn lookup_gnu(img: &Image<'_>, at: usize, name: &[u8], matches: impl Fn(usize) -> bool) -> bool {
-    walk_gnu(img, at, name, matches)
+    GnuTable::read(img, at).is_some_and(|t| t.walk(img, gnu_hash(name), matches))
 }
 
 fn lookup_sysv(img: &Image<'_>, at: usize, name: &[u8], matches: impl Fn(usize) -> bool) -> bool {
-    walk_sysv(img, at, name, matches)
+    walk_sysv(img, at, sysv_hash(name), matches)
 }
 
-/// Visit the symbols of `name`'s GNU hash chain whose hash matches, until `visit` says stop.
-fn walk_gnu(img: &Image<'_>, at: usize, name: &[u8], mut visit: impl FnMut(usize) -> bool) -> bool {
-    let (Some(nbuckets), Some(symoffset), Some(bloom_size)) = (
-        img.read::<u32>(at),
-        img.read::<u32>(at + 4),
-        img.read::<u32>(at + 8),
-    ) else {
-        return false;
-    };
-    if nbuckets == 0 {
-        return false;
+/// The header of a GNU hash table (read once per object, not once per name looked up) and
+/// where its parts start.
+struct GnuTable {
+    nbuckets: u32,
+    symoffset: u32,
+    /// Where the Bloom filter's 64-bit words start; `None` when the filter cannot be used the
+    /// way the loader uses it (a word count that is not a power of two, a shift past 31).
+    bloom: Option<(usize, u32, u32)>,
+    buckets: usize,
+    chains: usize,
+}
+
+impl GnuTable {
+    fn read(img: &Image<'_>, at: usize) -> Option<GnuTable> {
+        let (nbuckets, symoffset, bloom_size, shift) = (
+            img.read::<u32>(at)?,
+            img.read::<u32>(at.wrapping_add(4))?,
+            img.read::<u32>(at.wrapping_add(8))?,
+            img.read::<u32>(at.wrapping_add(12))?,
+        );
+        if nbuckets == 0 {
+            return None;
+        }
+        let words = at.wrapping_add(16);
+        let buckets = words.wrapping_add(bloom_size as usize * 8);
+        Some(GnuTable {
+            nbuckets,
+            symoffset,
+            bloom: (bloom_size.is_power_of_two() && shift < 32)
+                .then_some((words, bloom_size, shift)),
+            buckets,
+            chains: buckets.wrapping_add(nbuckets as usize * 4),
+        })
     }
-    let buckets = at + 16 + bloom_size as usize * 8;
-    let chains = buckets + nbuckets as usize * 4;
-    let h = gnu_hash(name);
-    let Some(mut index) = img.read::<u32>(buckets + (h % nbuckets) as usize * 4) else {
-        return false;
-    };
-    if index < symoffset {
-        return false;
-    }
-    for _ in 0..MAX_CHAIN {
-        let Some(ch) = img.read::<u32>(chains + (index - symoffset) as usize * 4) else {
-            return false;
-        };
-        if (ch | 1) == (h | 1) && visit(index as usize) {
+
+    /// Whether the Bloom filter lets a symbol with GNU hash `h` through (the loader's own test:
+    /// word `(h / 64) mod size`, bits `h mod 64` and `(h >> shift) mod 64`). A filter that
+    /// cannot be read lets everything through.
+    fn may_hold(&self, img: &Image<'_>, h: u32) -> bool {
+        let Some((words, size, shift)) = self.bloom else {
             return true;
-        }
-        if ch & 1 != 0 {
+        };
+        let index = (h as usize / 64) & (size as usize - 1);
+        let Some(word) = img.read::<u64>(words.wrapping_add(index * 8)) else {
+            return true;
+        };
+        (word >> (h % 64)) & (word >> ((h >> shift) % 64)) & 1 != 0
+    }
+
+    /// Visit the symbols of hash `h`'s chain whose hash matches, until `visit` says stop.
+    fn walk(&self, img: &Image<'_>, h: u32, mut visit: impl FnMut(usize) -> bool) -> bool {
+        if !self.may_hold(img, h) {
             return false;
         }
-        let Some(next) = index.checked_add(1) else {
+        let Some(mut index) =
+            img.read::<u32>(self.buckets.wrapping_add((h % self.nbuckets) as usize * 4))
+        else {
             return false;
         };
-        index = next;
+        if index < self.symoffset {
+            return false;
+        }
+        for _ in 0..MAX_CHAIN {
+            let at = self
+                .chains
+                .wrapping_add((index - self.symoffset) as usize * 4);
+            let Some(ch) = img.read::<u32>(at) else {
+                return false;
+            };
+            if (ch | 1) == (h | 1) && visit(index as usize) {
+                return true;
+            }
+            if ch & 1 != 0 {
+                return false;
+            }
+            let Some(next) = index.checked_add(1) else {
+                return false;
+            };
+            index = next;
+        }
+        false
     }
-    false
 }
 
-/// Visit the symbols of `name`'s SysV hash chain, until `visit` says stop.
-fn walk_sysv(
-    img: &Image<'_>,
-    at: usize,
-    name: &[u8],
-    mut visit: impl FnMut(usize) -> bool,
-) -> bool {
+/// Visit the symbols of the SysV hash chain of hash `h`, until `visit` says stop.
+fn walk_sysv(img: &Image<'_>, at: usize, h: u32, mut visit: impl FnMut(usize) -> bool) -> bool {
     let (Some(nbucket), Some(nchain)) = (img.read::<u32>(at), img.read::<u32>(at + 4)) else {
         return false;
     };
@@ -277,7 +261,7 @@ fn walk_sysv(
     }
     let bucket = at + 8;
     let chain = bucket + nbucket as usize * 4;
-    let Some(mut index) = img.read::<u32>(bucket + (sysv_hash(name) % nbucket) as usize * 4) else {
+    let Some(mut index) = img.read::<u32>(bucket + (h % nbucket) as usize * 4) else {
         return false;
     };
     for _ in 0..MAX_CHAIN.min(nchain as usize + 1) {
@@ -322,10 +306,59 @@ mod tests {
         assert!(!defines(&snap.objects[0], "getpid", None));
     }
 
+    /// The Bloom filter test is the loader's: every symbol a GNU hash table holds passes it (in
+    /// every object of this process), and it turns most made-up names away.
     #[test]
-    fn hash_functions_match_the_elf_specification() {
-        assert_eq!(gnu_hash(b""), 5381);
-        assert_eq!(gnu_hash(b"printf"), 0x156b_2bb8);
-        assert_eq!(sysv_hash(b"printf"), 0x0779_05a6);
+    fn bloom_filter_passes_every_hashed_symbol_and_turns_others_away() {
+        let (mut passed, mut refused, mut tried) = (0, 0, 0);
+        for obj in snapshot().objects {
+            let Ok(Some(t)) = DynamicTables::read(&obj) else {
+                continue;
+            };
+            let img = Image::new(&obj);
+            let Some(table) = t.gnu_hash.and_then(|at| GnuTable::read(&img, at)) else {
+                continue;
+            };
+            // Every hashed symbol, chain by chain (up to 5,000 per object).
+            let mut seen = 0;
+            for b in 0..table.nbuckets as usize {
+                let Some(mut index) = img.read::<u32>(table.buckets + b * 4) else {
+                    break;
+                };
+                while index >= table.symoffset && seen < 5000 {
+                    seen += 1;
+                    let at = table.chains + (index - table.symoffset) as usize * 4;
+                    let (Some(ch), Some(sym)) = (
+                        img.read::<u32>(at),
+                        t.sym_addr(index as usize).and_then(|a| img.read::<Sym>(a)),
+                    ) else {
+                        break;
+                    };
+                    if let Some(name) = t.string(&img, sym.st_name as usize) {
+                        assert!(
+                            table.may_hold(&img, gnu_hash(name)),
+                            "{}: {} refused",
+                            obj.display_name(),
+                            String::from_utf8_lossy(name)
+                        );
+                        passed += 1;
+                    }
+                    if ch & 1 != 0 {
+                        break;
+                    }
+                    index += 1;
+                }
+            }
+            for k in 0..100 {
+                tried += 1;
+                let made_up = format!("cuhook_no_such_symbol_{k}");
+                refused += usize::from(!table.may_hold(&img, gnu_hash(made_up.as_bytes())));
+            }
+        }
+        assert!(passed > 100, "only {passed} symbols checked");
+        assert!(
+            refused * 2 > tried,
+            "the filter refused {refused} of {tried}"
+        );
     }
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::elf::{IndexFailure, IndexRoom, Indexed, LoadedObject, ObjectIndex};
+use crate::elf::{IndexFailure, IndexRoom, Indexed, LoadedObject, ObjectIndex, WantedNames};
 use crate::patch::{
     compare_and_write_page, page_start, read_slot, LeftWritable, ProtectionMap, SlotWrite,
     WriteFailure,
@@ -39,7 +39,7 @@ const WALK_NAME_BYTES: usize = 1 << 20;
 /// snapshot, too big for the room): the caller pins it by name or leaves it alone.
 pub(crate) fn index_listed(
     objects: &[Arc<LoadedObject>],
-    wanted: &[Vec<u8>],
+    wanted: &WantedNames,
     subs: u64,
 ) -> Vec<Option<Result<ObjectIndex>>> {
     let mut out: Vec<Option<Result<ObjectIndex>>> = objects.iter().map(|_| None).collect();

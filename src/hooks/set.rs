@@ -145,6 +145,9 @@ pub struct HookSet {
     pub(crate) name: String,
     /// Shared: the engine takes the list for every batch it patches.
     pub(crate) hooks: std::sync::Arc<[Hook]>,
+    /// Each hook's symbol hash, in hook order: a patch passes over the hooks a new library has
+    /// nothing to do with by reading these alone.
+    pub(crate) hashes: std::sync::Arc<[u32]>,
 }
 
 impl HookSet {
@@ -162,6 +165,10 @@ impl HookSet {
         }
         Ok(HookSet {
             name: name.to_owned(),
+            hashes: hooks
+                .iter()
+                .map(|h| crate::elf::gnu_hash(h.symbol().as_bytes()))
+                .collect(),
             hooks: hooks.into(),
         })
     }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::elf::{self, Counters, IndexRoom, LoadedObject, ObjectIndex};
+use crate::elf::{self, Counters, IndexRoom, LoadedObject, ObjectIndex, WantedNames};
 use crate::patch::{Journal, JournalEntry};
 use crate::{Error, Result};
 
@@ -64,8 +64,8 @@ pub(crate) struct State {
     next_id: u64,
     /// Installed sets or published originals changed: republish the dlsym substitution table.
     dirty: bool,
-    /// Every symbol any set ever hooked (sorted): what object indexes cover.
-    wanted: Vec<Vec<u8>>,
+    /// Every symbol any set ever hooked: what object indexes cover.
+    wanted: WantedNames,
     /// Storage new objects are indexed in, kept from one object to the next.
     room: IndexRoom,
 }
@@ -80,7 +80,7 @@ static STATE: spin::Mutex<State> = spin::Mutex::new(State {
     diag: Diagnostics::new(),
     next_id: 1,
     dirty: false,
-    wanted: Vec::new(),
+    wanted: WantedNames::new(),
     room: IndexRoom::growable(),
 });
 

@@ -2,9 +2,10 @@
 //! before any is made, writing them (compare-and-write, through walks of the loader's list) and
 //! rechecking slots a lazy-binding resolver may have raced.
 
+use std::ops::Range;
 use std::sync::Arc;
 
-use crate::elf::{ObjectIndex, Slot};
+use crate::elf::{NameFilter, ObjectIndex, Slot};
 use crate::patch::{JournalEntry, ProtectionMap, SlotWrite};
 
 use crate::hooks::batch::{few, Batch, Few};
@@ -13,6 +14,9 @@ use crate::hooks::resolver::{matters, Resolver};
 use crate::hooks::set::Hook;
 
 use super::State;
+
+/// An installed set as a patch takes it: its id, hooks and their symbols' hashes (shared).
+type SetHooks = (u64, Arc<[Hook]>, Arc<[u32]>);
 
 /// One slot write decided before any write is made.
 struct Plan<'h> {
@@ -34,14 +38,15 @@ impl State {
     }
 
     /// Patch objects that appeared since the last scan with every installed set, and note those
-    /// whose constructors already ran unhooked.
-    pub(super) fn patch_new(&mut self, mut batch: Batch) -> usize {
+    /// whose constructors already ran unhooked. `complete`: the batch holds every object loaded
+    /// since the last sync that may matter (none was left unread).
+    pub(super) fn patch_new(&mut self, mut batch: Batch, complete: bool) -> usize {
         if batch.is_empty() {
             return 0;
         }
         let ids = few(self.sets.iter().map(|s| s.id));
         let mark = self.journal.mark();
-        let patched = self.patch_batch(&ids, &mut batch);
+        let patched = self.patch_batch(&ids, &mut batch, complete);
         let late = &mut self.diag.constructors_before_patch;
         for e in self.journal.since(mark) {
             if batch
@@ -62,43 +67,73 @@ impl State {
             return 0;
         }
         let mut batch = self.batch(objects);
-        self.patch_batch(set_ids, &mut batch)
+        self.patch_batch(set_ids, &mut batch, false)
     }
 
-    fn patch_batch(&mut self, set_ids: &[u64], batch: &mut Batch) -> usize {
+    /// Apply the given sets to `batch`. `new_objects`: the batch holds every object loaded since
+    /// the last sync and nothing else (so a hook whose original was not found before can only
+    /// find it in one of them).
+    fn patch_batch(&mut self, set_ids: &[u64], batch: &mut Batch, new_objects: bool) -> usize {
         if batch.is_empty() {
             return 0;
         }
-        let sets: Few<(u64, Arc<[Hook]>)> = set_ids
+        let sets: Few<SetHooks> = set_ids
             .iter()
             .filter_map(|&id| {
                 let s = self.sets.iter().find(|s| s.id == id)?;
-                Some((id, s.set.hooks.clone()))
+                Some((id, s.set.hooks.clone(), s.set.hashes.clone()))
             })
             .collect();
-        // Every slot of every hook, found once: (hook number, object, slot), by hook, then
-        // object (the planning walks them in that order).
-        let mut found: Few<(usize, usize, Slot)> = Few::new();
+        // What the batch's objects may import and define, by name hash: most hooks (≈ 80 in
+        // the CUDA set) have nothing to do with a new library, and are passed over with two bit
+        // tests.
+        let (imports, defines) = batch
+            .objects
+            .iter()
+            .fold((NameFilter::EMPTY, NameFilter::EMPTY), |(i, d), o| {
+                (i | o.imports(), d | o.defines())
+            });
+        // Every hook with work here, and its slots: slots to write, or (none, and no original
+        // yet) an original to look for. Found once, by hook, then object (the planning walks
+        // them in that order): `work` holds (set id, hook, its range of `found`), `found`
+        // (object, slot).
+        let mut work: Few<(u64, &Hook, Range<usize>)> = Few::new();
+        let mut found: Few<(usize, Slot)> = Few::new();
         if batch.objects.len() > 1 {
             // Many objects (an install): room for about a slot each, so extending rarely grows.
             found.reserve(batch.objects.len());
         }
-        let mut hook_number = 0;
-        for (_, hooks) in &sets {
-            for hook in hooks.iter() {
-                let (symbol, version) = (hook.symbol(), hook.version());
-                for (i, idx) in batch.objects.iter().enumerate() {
-                    // One push per slot: `SmallVec::extend` costs ≈ 90 instructions a call
-                    // even for the empty iterator most objects give (7,000 calls at install).
-                    for s in idx.slots(symbol, version) {
-                        found.push((hook_number, i, s));
+        for (id, hooks, hashes) in &sets {
+            for (hook, &hash) in hooks.iter().zip(hashes.iter()) {
+                if new_objects && !imports.may_hold(hash) && !defines.may_hold(hash) {
+                    continue;
+                }
+                let start = found.len();
+                if imports.may_hold(hash) {
+                    let (symbol, version) = (hook.symbol(), hook.version());
+                    for (i, idx) in batch.objects.iter().enumerate() {
+                        if !idx.imports().may_hold(hash) {
+                            continue;
+                        }
+                        // One push per slot: `SmallVec::extend` costs ≈ 90 instructions a call
+                        // even for the empty iterator most objects give (7,000 calls at install).
+                        for s in idx.slots(symbol, version) {
+                            found.push((i, s));
+                        }
                     }
                 }
-                hook_number += 1;
+                // No slot of this hook here: all there is to do is find its original if it
+                // has none. New objects can only provide one they define (each `dlsym` that
+                // fails costs the loader ≈ 2,000 instructions).
+                let look_for_original =
+                    hook.original.get() == 0 && (!new_objects || defines.may_hold(hash));
+                if found.len() > start || look_for_original {
+                    work.push((*id, hook, start..found.len()));
+                }
             }
         }
         // Every slot value the plans need, read in one pass.
-        let mut slots = few(found.iter().map(|f| (f.1, f.2.address)));
+        let mut slots = few(found.iter().map(|f| (f.0, f.1.address)));
         for i in batch.read_values(&mut slots) {
             push_name_bounded(
                 &mut self.diag.unpinnable,
@@ -106,33 +141,22 @@ impl State {
             );
         }
         let mut plans = Few::new();
-        let mut rest = &found[..];
-        hook_number = 0;
-        for (id, hooks) in &sets {
-            for hook in hooks.iter() {
-                let n = rest.iter().take_while(|f| f.0 == hook_number).count();
-                let (own, later) = rest.split_at(n);
-                rest = later;
-                hook_number += 1;
-                self.plan_hook(*id, hook, own, batch, &mut plans);
-            }
+        for (id, hook, own) in work {
+            self.plan_hook(id, hook, &found[own], batch, &mut plans);
         }
         self.write(plans, batch)
     }
 
-    /// Plan the writes of one hook's slots (`found`: this hook's (hook number, object, slot)).
+    /// Plan the writes of one hook's slots (`found`: this hook's (object, slot)).
     fn plan_hook<'h>(
         &mut self,
         set_id: u64,
         hook: &'h Hook,
-        found: &[(usize, usize, Slot)],
+        found: &[(usize, Slot)],
         batch: &Batch,
         plans: &mut Few<Plan<'h>>,
     ) {
         let symbol = hook.symbol();
-        if found.is_empty() && hook.original.get() != 0 {
-            return;
-        }
         let resolver = Resolver::new(hook, batch, &self.canonical, self.known.as_ref());
         // While slots of this hook are patched, its published original is what they call: a
         // different definition found later (another copy of the library) must not replace it;
@@ -155,7 +179,7 @@ impl State {
         }
         let first = plans.len();
         let stacked = plans.iter().any(|p| p.hook.symbol() == symbol);
-        for &(_, i, slot) in found {
+        for &(i, slot) in found {
             let idx = &batch.objects[i];
             if self.journal.contains(set_id, slot.address) {
                 continue;

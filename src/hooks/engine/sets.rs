@@ -20,11 +20,7 @@ impl State {
     pub(super) fn want(&mut self, set: &HookSet) {
         let mut grew = false;
         for h in set.hooks() {
-            let name = h.symbol().as_bytes();
-            if let Err(at) = self.wanted.binary_search_by(|w| w.as_slice().cmp(name)) {
-                self.wanted.insert(at, name.to_vec());
-                grew = true;
-            }
+            grew |= self.wanted.insert(h.symbol().as_bytes());
         }
         if grew {
             self.known = None;

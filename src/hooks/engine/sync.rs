@@ -18,6 +18,17 @@ use crate::hooks::skip::{exclude_list, skip_reason};
 
 use super::{Known, State};
 
+/// What a sync found.
+pub(super) struct Synced {
+    /// Every known object's index.
+    pub all: Vec<Arc<ObjectIndex>>,
+    /// The indexes of the objects new since the last sync, and the pins taken for them.
+    pub new: Vec<Arc<ObjectIndex>>,
+    pub pins: Vec<Option<Pin>>,
+    /// Every new object was indexed (none left alone, unreadable or gone before it was read).
+    pub complete: bool,
+}
+
 /// Up to this many new objects found by one scan are pinned by name before they are read; more
 /// are read from inside walks of the loader's list.
 const PIN_BEFORE_INDEX: usize = 64;
@@ -140,23 +151,14 @@ impl State {
 
     /// Sync the object cache with the loader's list (a snapshot whose removal counter was
     /// `subs`): drop what was unloaded (and its journal entries), index what is new. Linear in
-    /// the number of objects. Returns (all, new, and the pins taken for the new ones).
+    /// the number of objects.
     ///
     /// No new object is read unless something keeps it mapped. A few (after a `dlopen`)
     /// are pinned by name first. Many (the first install into a big process) are read from
     /// inside walks of the loader's list, under its lock, into storage reserved beforehand
     /// (`batch::index_listed`): pinning each by name would cost O(N²). Those no walk could
     /// vouch for are pinned by name, or left alone when they are gone.
-    #[allow(clippy::type_complexity)]
-    pub(super) fn sync_cache(
-        &mut self,
-        objects: &[Arc<LoadedObject>],
-        subs: u64,
-    ) -> (
-        Vec<Arc<ObjectIndex>>,
-        Vec<Arc<ObjectIndex>>,
-        Vec<Option<Pin>>,
-    ) {
+    pub(super) fn sync_cache(&mut self, objects: &[Arc<LoadedObject>], subs: u64) -> Synced {
         let mut present: HashSet<usize> =
             HashSet::with_capacity_and_hasher(objects.len(), Default::default());
         let (mut all, mut fresh) = (Vec::new(), Vec::new());
@@ -203,7 +205,7 @@ impl State {
                 }
             }
         }
-        let (mut new, mut pins) = (Vec::new(), Vec::new());
+        let (mut new, mut pins, mut complete) = (Vec::new(), Vec::new(), true);
         for ((obj, readable), walked) in fresh.into_iter().zip(readable).zip(walked) {
             let (index, pin) = if !readable {
                 (self.admit(obj, 0, &exclude), None)
@@ -213,17 +215,26 @@ impl State {
                 let Some(pin) = Pin::object(&obj) else {
                     // Gone already, or not reachable by name: never read it.
                     push_name_bounded(&mut self.diag.unpinnable, obj.display_name());
+                    complete = false;
                     continue;
                 };
                 (self.admit(obj, 0, &exclude), Some(pin))
             };
-            if let Some(idx) = index {
-                all.push(idx.clone());
-                new.push(idx);
-                pins.push(pin);
+            match index {
+                Some(idx) => {
+                    all.push(idx.clone());
+                    new.push(idx);
+                    pins.push(pin);
+                }
+                None => complete = false,
             }
         }
-        (all, new, pins)
+        Synced {
+            all,
+            new,
+            pins,
+            complete,
+        }
     }
 
     /// Patch objects loaded since the last scan until the loader's counters stop moving.
@@ -259,7 +270,7 @@ impl State {
                     self.last_counters = now;
                     let exclude = exclude_list();
                     let patched = match self.admit(Arc::new(obj), link_map, &exclude) {
-                        Some(idx) if matters(&idx) => self.patch_new(Batch::pinned(idx, pin)),
+                        Some(idx) if matters(&idx) => self.patch_new(Batch::pinned(idx, pin), true),
                         _ => 0,
                     };
                     return patched + self.sync_until_stable();
@@ -302,7 +313,12 @@ impl State {
     /// the number of slots patched.
     pub(super) fn sync(&mut self) -> (Vec<Arc<ObjectIndex>>, usize) {
         let snap = elf::snapshot();
-        let (all, new, pins) = self.sync_cache(&snap.objects, snap.counters.subs);
+        let Synced {
+            all,
+            new,
+            pins,
+            complete,
+        } = self.sync_cache(&snap.objects, snap.counters.subs);
         self.last_counters = snap.counters;
         // Nothing to apply before the first set is installed.
         if self.sets.is_empty() {
@@ -314,7 +330,7 @@ impl State {
             .filter(|(i, _)| matters(i))
             .unzip();
         let batch = Batch::with_pins(new, pins, self.last_counters.subs);
-        let patched = self.patch_new(batch);
+        let patched = self.patch_new(batch, complete);
         (all, patched)
     }
 }

@@ -1,0 +1,187 @@
+//! The names an index looks for, with what each object's search needs computed once, and the
+//! ELF hash functions they are looked up by.
+//!
+//! Every object the engine admits is searched for every hooked name (≈ 80 with the CUDA set):
+//! hashing each name again per object cost more than the rest of indexing a small library.
+
+use super::dynamic::DynamicTables;
+use super::image::Image;
+
+/// The GNU hash of a symbol name (goblin 0.10 keeps its own `gnu_hash` module crate-private,
+/// and its table lookup needs the table as a trusted slice, where ours reads a loaded object's
+/// memory with bounds checks). Also what a [`NameFilter`](super::NameFilter) is keyed by.
+pub fn gnu_hash(name: &[u8]) -> u32 {
+    name.iter()
+        .fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(c as u32))
+}
+
+pub(super) fn sysv_hash(name: &[u8]) -> u32 {
+    let mut h = 0u32;
+    for &c in name {
+        h = (h << 4).wrapping_add(c as u32);
+        let g = h & 0xf000_0000;
+        if g != 0 {
+            h ^= g >> 24;
+        }
+        h &= !g;
+    }
+    h
+}
+
+/// Sorted, unique names, with their GNU and SysV hashes and the set of their first two bytes.
+#[derive(Debug, Clone)]
+pub struct WantedNames {
+    names: Vec<Vec<u8>>,
+    gnu: Vec<u32>,
+    sysv: Vec<u32>,
+    prefixes: Prefixes,
+}
+
+impl Default for WantedNames {
+    fn default() -> Self {
+        WantedNames::new()
+    }
+}
+
+impl WantedNames {
+    /// No name.
+    pub const fn new() -> WantedNames {
+        WantedNames {
+            names: Vec::new(),
+            gnu: Vec::new(),
+            sysv: Vec::new(),
+            prefixes: Prefixes([0; 64]),
+        }
+    }
+
+    /// These names (in any order, repeats ignored).
+    pub fn of<N: AsRef<[u8]>>(names: impl IntoIterator<Item = N>) -> WantedNames {
+        let mut w = WantedNames::new();
+        for n in names {
+            w.insert(n.as_ref());
+        }
+        w
+    }
+
+    /// Add `name`; false when it was there already.
+    pub fn insert(&mut self, name: &[u8]) -> bool {
+        let Err(at) = self.names.binary_search_by(|w| w.as_slice().cmp(name)) else {
+            return false;
+        };
+        self.names.insert(at, name.to_vec());
+        self.gnu.insert(at, gnu_hash(name));
+        self.sysv.insert(at, sysv_hash(name));
+        self.prefixes.add(name);
+        true
+    }
+
+    /// The names, sorted.
+    pub fn names(&self) -> &[Vec<u8>] {
+        &self.names
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    pub fn contains(&self, name: &[u8]) -> bool {
+        self.names
+            .binary_search_by(|w| w.as_slice().cmp(name))
+            .is_ok()
+    }
+
+    /// Each name with its GNU hash.
+    pub(super) fn with_gnu_hashes(&self) -> impl Iterator<Item = (&[u8], u32)> {
+        self.names
+            .iter()
+            .map(Vec::as_slice)
+            .zip(self.gnu.iter().copied())
+    }
+
+    /// Each name with its SysV hash.
+    pub(super) fn with_sysv_hashes(&self) -> impl Iterator<Item = (&[u8], u32)> {
+        self.names
+            .iter()
+            .map(Vec::as_slice)
+            .zip(self.sysv.iter().copied())
+    }
+
+    /// Whether the string at `offset` of the object's string table may be one of the names
+    /// (see [`Prefixes`]).
+    pub(super) fn may_name(&self, img: &Image<'_>, t: &DynamicTables, offset: usize) -> bool {
+        self.prefixes.may_name(img, t, offset)
+    }
+}
+
+/// The first two bytes of each wanted name, as a 4,096-bit set. A big library imports
+/// thousands of symbols that no hash table covers, nearly all C++ names (`_Z...`); each is
+/// passed over after one two-byte read and a bit test instead of a string scan and a search.
+#[derive(Debug, Clone)]
+struct Prefixes([u64; 64]);
+
+impl Prefixes {
+    fn add(&mut self, name: &[u8]) {
+        let k = Self::key(
+            name.first().copied().unwrap_or(0),
+            name.get(1).copied().unwrap_or(0),
+        );
+        self.0[k >> 6] |= 1 << (k & 63);
+    }
+
+    fn key(b0: u8, b1: u8) -> usize {
+        ((b0 as usize & 63) << 6) | (b1 as usize & 63)
+    }
+
+    /// Whether the string at `offset` may be one of the names: false only when its first two
+    /// bytes (the second is the NUL of a one-byte name) start none of them, or cannot be read.
+    fn may_name(&self, img: &Image<'_>, t: &DynamicTables, offset: usize) -> bool {
+        if t.strsz != 0 && offset.saturating_add(2) > t.strsz {
+            return true; // too near the end to read two bytes: let the full check decide
+        }
+        let Some(two) = img.read::<u16>(t.strtab.wrapping_add(offset)) else {
+            return true;
+        };
+        let [b0, b1] = two.to_ne_bytes();
+        let k = Self::key(b0, b1);
+        self.0[k >> 6] & (1 << (k & 63)) != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_stay_sorted_and_unique_with_their_hashes() {
+        let w = WantedNames::of(["dlsym", "cuMemAlloc_v2", "dlsym", "cuMemFree_v2"]);
+        assert_eq!(
+            w.names(),
+            [&b"cuMemAlloc_v2"[..], b"cuMemFree_v2", b"dlsym"]
+        );
+        assert!(w.contains(b"dlsym") && !w.contains(b"dlopen"));
+        for (name, h) in w.with_gnu_hashes() {
+            assert_eq!(h, gnu_hash(name));
+        }
+        for (name, h) in w.with_sysv_hashes() {
+            assert_eq!(h, sysv_hash(name));
+        }
+        let mut more = w.clone();
+        assert!(more.insert(b"a") && !more.insert(b"a"));
+        assert_eq!(more.names()[0], b"a");
+        assert_eq!(
+            more.with_gnu_hashes().next(),
+            Some((&b"a"[..], gnu_hash(b"a")))
+        );
+    }
+
+    #[test]
+    fn hash_functions_match_the_elf_specification() {
+        assert_eq!(gnu_hash(b""), 5381);
+        assert_eq!(gnu_hash(b"printf"), 0x156b_2bb8);
+        assert_eq!(sysv_hash(b"printf"), 0x0779_05a6);
+    }
+}
