@@ -102,12 +102,27 @@ pub(crate) fn wanted_indexes(
             }
         }
         if let Some(table) = GnuTable::read(img, at) {
-            for (name, hash) in names.with_gnu_hashes() {
-                let named = |index: usize| {
-                    symbol(index).and_then(|sym| t.string(img, sym.st_name as usize)) == Some(name)
-                };
-                if table.walk(img, hash, |index| named(index) && take(index)) {
-                    return Err(Full);
+            // An object that hashes fewer symbols than there are names (most libraries a
+            // program opens export a handful) is read symbol by symbol, each passed over on its
+            // hash alone unless a wanted name has it; a bigger one is asked name by name.
+            if let Some(hashed) = table.few_hashed(img, 2 * names.len()) {
+                for index in hashed {
+                    let Some(h) = table.chain(img, index) else {
+                        break;
+                    };
+                    if names.may_have_hash(h) && is_wanted(index as usize) && take(index as usize) {
+                        return Err(Full);
+                    }
+                }
+            } else {
+                for (name, hash) in names.with_gnu_hashes() {
+                    let named = |index: usize| {
+                        symbol(index).and_then(|sym| t.string(img, sym.st_name as usize))
+                            == Some(name)
+                    };
+                    if table.walk(img, hash, |index| named(index) && take(index)) {
+                        return Err(Full);
+                    }
                 }
             }
         }
@@ -167,20 +182,23 @@ fn lookup_sysv(img: &Image<'_>, at: usize, name: &[u8], matches: impl Fn(usize) 
     walk_sysv(img, at, sysv_hash(name), matches)
 }
 
-/// The header of a GNU hash table (read once per object, not once per name looked up) and
-/// where its parts start.
-struct GnuTable {
+/// A GNU hash table, its header read once per object (not once per name looked up), its Bloom
+/// filter and buckets checked once as arrays where they lie in one readable segment (each
+/// bounded read costs a segment lookup; an object is asked for ≈ 80 names).
+struct GnuTable<'a> {
     nbuckets: u32,
     symoffset: u32,
-    /// Where the Bloom filter's 64-bit words start; `None` when the filter cannot be used the
-    /// way the loader uses it (a word count that is not a power of two, a shift past 31).
-    bloom: Option<(usize, u32, u32)>,
-    buckets: usize,
+    /// The Bloom filter's 64-bit words and its shift; `None` when it cannot be used the way the
+    /// loader uses it (a word count that is not a power of two, a shift past 31, unreadable).
+    bloom: Option<(&'a [u64], u32)>,
+    /// The buckets as an array; `None`: read one by one from `buckets_at`.
+    buckets: Option<&'a [u32]>,
+    buckets_at: usize,
     chains: usize,
 }
 
-impl GnuTable {
-    fn read(img: &Image<'_>, at: usize) -> Option<GnuTable> {
+impl<'a> GnuTable<'a> {
+    fn read(img: &Image<'a>, at: usize) -> Option<GnuTable<'a>> {
         let (nbuckets, symoffset, bloom_size, shift) = (
             img.read::<u32>(at)?,
             img.read::<u32>(at.wrapping_add(4))?,
@@ -191,39 +209,78 @@ impl GnuTable {
             return None;
         }
         let words = at.wrapping_add(16);
-        let buckets = words.wrapping_add(bloom_size as usize * 8);
+        let buckets_at = words.wrapping_add(bloom_size as usize * 8);
+        let bloom = (bloom_size.is_power_of_two() && shift < 32)
+            .then(|| img.array::<u64>(words, bloom_size as usize))
+            .flatten()
+            .map(|w| (w, shift));
         Some(GnuTable {
             nbuckets,
             symoffset,
-            bloom: (bloom_size.is_power_of_two() && shift < 32)
-                .then_some((words, bloom_size, shift)),
-            buckets,
-            chains: buckets.wrapping_add(nbuckets as usize * 4),
+            bloom,
+            buckets: img.array::<u32>(buckets_at, nbuckets as usize),
+            buckets_at,
+            chains: buckets_at.wrapping_add(nbuckets as usize * 4),
         })
     }
 
     /// Whether the Bloom filter lets a symbol with GNU hash `h` through (the loader's own test:
     /// word `(h / 64) mod size`, bits `h mod 64` and `(h >> shift) mod 64`). A filter that
-    /// cannot be read lets everything through.
-    fn may_hold(&self, img: &Image<'_>, h: u32) -> bool {
-        let Some((words, size, shift)) = self.bloom else {
+    /// cannot be used lets everything through.
+    fn may_hold(&self, h: u32) -> bool {
+        let Some((words, shift)) = self.bloom else {
             return true;
         };
-        let index = (h as usize / 64) & (size as usize - 1);
-        let Some(word) = img.read::<u64>(words.wrapping_add(index * 8)) else {
-            return true;
-        };
+        let word = words[(h as usize / 64) & (words.len() - 1)];
         (word >> (h % 64)) & (word >> ((h >> shift) % 64)) & 1 != 0
+    }
+
+    fn bucket(&self, img: &Image<'_>, b: usize) -> Option<u32> {
+        match self.buckets {
+            Some(all) => all.get(b).copied(),
+            None => img.read::<u32>(self.buckets_at.wrapping_add(b * 4)),
+        }
+    }
+
+    /// The chain word of hashed symbol `index` (its hash, the low bit marking a chain's end).
+    fn chain(&self, img: &Image<'_>, index: u32) -> Option<u32> {
+        let k = index.checked_sub(self.symoffset)? as usize;
+        img.read::<u32>(self.chains.wrapping_add(k * 4))
+    }
+
+    /// The indexes of every hashed symbol when there are at most `limit` of them (and at most
+    /// `limit` buckets to look through); `None` when there are more. The hashed symbols run
+    /// from `symoffset` to the end of the chain the highest bucket starts.
+    fn few_hashed(&self, img: &Image<'_>, limit: usize) -> Option<std::ops::Range<u32>> {
+        if self.nbuckets as usize > limit {
+            return None;
+        }
+        // The highest bucket start (0: an empty bucket; symbol 0 is never hashed).
+        let mut last = 0;
+        for b in 0..self.nbuckets as usize {
+            last = last.max(self.bucket(img, b)?);
+        }
+        if last == 0 || last < self.symoffset {
+            return Some(self.symoffset..self.symoffset); // hashes nothing
+        }
+        let mut end = last;
+        loop {
+            if (end - self.symoffset) as usize >= limit {
+                return None;
+            }
+            if self.chain(img, end)? & 1 != 0 {
+                return Some(self.symoffset..end + 1);
+            }
+            end = end.checked_add(1)?;
+        }
     }
 
     /// Visit the symbols of hash `h`'s chain whose hash matches, until `visit` says stop.
     fn walk(&self, img: &Image<'_>, h: u32, mut visit: impl FnMut(usize) -> bool) -> bool {
-        if !self.may_hold(img, h) {
+        if !self.may_hold(h) {
             return false;
         }
-        let Some(mut index) =
-            img.read::<u32>(self.buckets.wrapping_add((h % self.nbuckets) as usize * 4))
-        else {
+        let Some(mut index) = self.bucket(img, (h % self.nbuckets) as usize) else {
             return false;
         };
         if index < self.symoffset {
@@ -306,6 +363,70 @@ mod tests {
         assert!(!defines(&snap.objects[0], "getpid", None));
     }
 
+    /// Reading a small table symbol by symbol finds exactly what asking it name by name finds,
+    /// in every object of this process, for names each object defines and names none does.
+    #[test]
+    fn symbols_read_one_by_one_match_lookups_name_by_name() {
+        let mut compared = 0;
+        for obj in snapshot().objects {
+            let Ok(Some(t)) = DynamicTables::read(&obj) else {
+                continue;
+            };
+            let img = Image::new(&obj);
+            let Some(table) = t.gnu_hash.and_then(|at| GnuTable::read(&img, at)) else {
+                continue;
+            };
+            let Some(hashed) = table.few_hashed(&img, 1 << 16) else {
+                continue;
+            };
+            let name_at = |index: u32| {
+                t.sym_addr(index as usize)
+                    .and_then(|a| img.read::<Sym>(a))
+                    .and_then(|s| t.string(&img, s.st_name as usize))
+            };
+            // Every other symbol the object hashes (found bucket by bucket, chain by chain,
+            // independently of `few_hashed`), and names nobody defines.
+            let mut all = Vec::new();
+            for b in 0..table.nbuckets as usize {
+                let Some(mut i) = table.bucket(&img, b).filter(|&i| i >= table.symoffset) else {
+                    continue;
+                };
+                while let Some(h) = table.chain(&img, i) {
+                    all.extend(name_at(i).map(<[u8]>::to_vec));
+                    if h & 1 != 0 {
+                        break;
+                    }
+                    i += 1;
+                }
+            }
+            let mut names: Vec<Vec<u8>> = all.into_iter().step_by(2).collect();
+            names.extend((0..20).map(|k| format!("cuhook_nobody_{k}").into_bytes()));
+            let wanted = WantedNames::of(&names);
+            let mut by_name = Vec::new();
+            for (name, hash) in wanted.with_gnu_hashes() {
+                table.walk(&img, hash, |i| {
+                    if name_at(i as u32) == Some(name) {
+                        by_name.push(i as u32);
+                    }
+                    false
+                });
+            }
+            let one_by_one: Vec<u32> = hashed
+                .filter(|&i| {
+                    table
+                        .chain(&img, i)
+                        .is_some_and(|h| wanted.may_have_hash(h))
+                        && name_at(i).is_some_and(|n| wanted.contains(n))
+                })
+                .collect();
+            by_name.sort_unstable();
+            by_name.dedup();
+            assert_eq!(one_by_one, by_name, "{}", obj.display_name());
+            compared += by_name.len();
+        }
+        assert!(compared > 20, "only {compared} symbols compared");
+    }
+
     /// The Bloom filter test is the loader's: every symbol a GNU hash table holds passes it (in
     /// every object of this process), and it turns most made-up names away.
     #[test]
@@ -322,7 +443,7 @@ mod tests {
             // Every hashed symbol, chain by chain (up to 5,000 per object).
             let mut seen = 0;
             for b in 0..table.nbuckets as usize {
-                let Some(mut index) = img.read::<u32>(table.buckets + b * 4) else {
+                let Some(mut index) = table.bucket(&img, b) else {
                     break;
                 };
                 while index >= table.symoffset && seen < 5000 {
@@ -336,7 +457,7 @@ mod tests {
                     };
                     if let Some(name) = t.string(&img, sym.st_name as usize) {
                         assert!(
-                            table.may_hold(&img, gnu_hash(name)),
+                            table.may_hold(gnu_hash(name)),
                             "{}: {} refused",
                             obj.display_name(),
                             String::from_utf8_lossy(name)
@@ -352,7 +473,7 @@ mod tests {
             for k in 0..100 {
                 tried += 1;
                 let made_up = format!("cuhook_no_such_symbol_{k}");
-                refused += usize::from(!table.may_hold(&img, gnu_hash(made_up.as_bytes())));
+                refused += usize::from(!table.may_hold(gnu_hash(made_up.as_bytes())));
             }
         }
         assert!(passed > 100, "only {passed} symbols checked");

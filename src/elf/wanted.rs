@@ -35,6 +35,9 @@ pub struct WantedNames {
     gnu: Vec<u32>,
     sysv: Vec<u32>,
     prefixes: Prefixes,
+    /// The names' GNU hashes as a 4,096-bit set, keyed without their lowest bit (a hash
+    /// table's chain words keep only the others).
+    hashes: [u64; 64],
 }
 
 impl Default for WantedNames {
@@ -51,6 +54,7 @@ impl WantedNames {
             gnu: Vec::new(),
             sysv: Vec::new(),
             prefixes: Prefixes([0; 64]),
+            hashes: [0; 64],
         }
     }
 
@@ -69,7 +73,10 @@ impl WantedNames {
             return false;
         };
         self.names.insert(at, name.to_vec());
-        self.gnu.insert(at, gnu_hash(name));
+        let h = gnu_hash(name);
+        self.gnu.insert(at, h);
+        let k = Self::hash_key(h);
+        self.hashes[k >> 6] |= 1 << (k & 63);
         self.sysv.insert(at, sysv_hash(name));
         self.prefixes.add(name);
         true
@@ -92,6 +99,17 @@ impl WantedNames {
         self.names
             .binary_search_by(|w| w.as_slice().cmp(name))
             .is_ok()
+    }
+
+    /// Whether a name may have the GNU hash `h` (its lowest bit ignored, as in a chain word):
+    /// false for most hashes no name has.
+    pub(super) fn may_have_hash(&self, h: u32) -> bool {
+        let k = Self::hash_key(h);
+        self.hashes[k >> 6] & (1 << (k & 63)) != 0
+    }
+
+    fn hash_key(h: u32) -> usize {
+        (h as usize >> 1) & 4095
     }
 
     /// Each name with its GNU hash.
