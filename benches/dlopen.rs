@@ -13,7 +13,9 @@
 //!
 //! Run: `cargo bench --bench dlopen` (the sweep: N = 50, 300, 1,000, and N = 50 and 1,000 with
 //! 5,000 extra mappings, each in its own process), or one configuration:
-//! `cargo bench --bench dlopen -- --objects 300 --maps 5000 --rounds 15`.
+//! `cargo bench --bench dlopen -- --objects 300 --maps 5000 --rounds 15`. `BENCH_SET=cuda`
+//! installs cuhook's CUDA set (≈ 80 names, what a preloaded libcuhook.so installs) instead of
+//! the two-hook bench set.
 
 #[path = "support/mod.rs"]
 mod support;

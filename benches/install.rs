@@ -6,7 +6,8 @@
 //! Run: `cargo bench --bench install` (N = 50, 300, 1,000; then 1,000 with 5,000 extra
 //! mappings), or `cargo bench --bench install -- --objects 300 --maps 5000 --rounds 15`.
 //! Printed: median (min–max) of install (wall clock and the thread's CPU time) and of the
-//! uninstall that follows, in ms, and the slots patched.
+//! uninstall that follows, in ms, and the slots patched. `BENCH_SET=cuda` installs cuhook's
+//! CUDA set instead of the two-hook bench set (as the dlopen bench).
 
 #[path = "support/mod.rs"]
 mod support;
