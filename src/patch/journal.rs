@@ -2,11 +2,13 @@
 //!
 //! Kept in patch order, with indexes so that the questions asked on every `dlopen` and
 //! `dlclose` ("is this slot patched?", "is this hook live anywhere?", "drop this object's
-//! entries") cost O(1) or O(log n) per entry concerned, never O(all entries).
-
-use std::collections::BTreeMap;
+//! entries") cost O(1) per entry concerned, never O(all entries). Entries live in one list in
+//! patch order; a removed one leaves a hole until the holes are the majority (then the list
+//! is compacted and the indexes rebuilt), and holes at the end are dropped at once: a plugin
+//! opened and closed again leaves nothing behind.
 
 use rustc_hash::FxHashMap as HashMap;
+use smallvec::SmallVec;
 use std::sync::Arc;
 
 use region::Protection;
@@ -33,13 +35,15 @@ pub struct JournalEntry {
 /// All live patches, in the order they were made.
 #[derive(Debug, Default)]
 pub struct Journal {
-    /// Sequence number (patch order) → entry.
-    entries: BTreeMap<u64, JournalEntry>,
-    next: u64,
+    /// Entries in patch order; `None`: removed. Entry `i` has sequence number `base + i`.
+    entries: Vec<Option<JournalEntry>>,
+    base: u64,
+    /// Entries that are `Some`.
+    live: usize,
     /// (set, slot address) → sequence number.
     by_slot: Option<HashMap<(u64, usize), u64>>,
-    /// Object (its `Arc` address) → sequence numbers of its entries.
-    by_object: Option<HashMap<usize, Vec<u64>>>,
+    /// Object (its `Arc` address) → sequence numbers of its entries (a handful: inline).
+    by_object: Option<HashMap<usize, SmallVec<[u64; 4]>>>,
     /// set → symbol → number of live entries.
     by_symbol: Option<HashMap<u64, HashMap<Arc<str>, usize>>>,
 }
@@ -48,11 +52,15 @@ fn object_key(o: &Arc<LoadedObject>) -> usize {
     Arc::as_ptr(o) as usize
 }
 
+/// Lists shorter than this are never compacted (holes cost nothing there).
+const COMPACT_FROM: usize = 64;
+
 impl Journal {
     pub const fn new() -> Journal {
         Journal {
-            entries: BTreeMap::new(),
-            next: 0,
+            entries: Vec::new(),
+            base: 0,
+            live: 0,
             by_slot: None,
             by_object: None,
             by_symbol: None,
@@ -60,8 +68,14 @@ impl Journal {
     }
 
     pub fn record(&mut self, e: JournalEntry) {
-        let seq = self.next;
-        self.next += 1;
+        let seq = self.mark();
+        self.index(seq, &e);
+        self.entries.push(Some(e));
+        self.live += 1;
+    }
+
+    /// Enter entry `seq` in the indexes.
+    fn index(&mut self, seq: u64, e: &JournalEntry) {
         self.by_slot
             .get_or_insert_with(HashMap::default)
             .insert((e.set_id, e.address), seq);
@@ -77,38 +91,42 @@ impl Journal {
             .or_default()
             .entry(e.symbol.clone())
             .or_default() += 1;
-        self.entries.insert(seq, e);
     }
 
     /// Every live entry, in patch order.
     pub fn entries(&self) -> impl DoubleEndedIterator<Item = &JournalEntry> + '_ {
-        self.entries.values()
+        self.entries.iter().flatten()
     }
 
     /// Number of live entries.
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.live
     }
 
     /// No live entry.
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.live == 0
     }
 
-    /// A position to pass to [`Journal::since`]: entries recorded after this call.
+    /// A position to pass to [`Journal::since`]: entries recorded after this call. Meant for
+    /// one operation that only records: a removal may compact the journal, after which an
+    /// older mark covers every entry.
     pub fn mark(&self) -> u64 {
-        self.next
+        self.base + self.entries.len() as u64
     }
 
     /// Live entries recorded since `mark`.
     pub fn since(&self, mark: u64) -> impl Iterator<Item = &JournalEntry> + '_ {
-        self.entries.range(mark..).map(|(_, e)| e)
+        let from = (mark.saturating_sub(self.base) as usize).min(self.entries.len());
+        self.entries[from..].iter().flatten()
     }
 
     fn remove_seq(&mut self, seq: u64) -> Option<JournalEntry> {
-        let e = self.entries.remove(&seq)?;
+        let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
+        let e = self.entries.get_mut(i)?.take()?;
+        self.live -= 1;
         if let Some(m) = &mut self.by_slot {
             m.remove(&(e.set_id, e.address));
         }
@@ -123,14 +141,40 @@ impl Journal {
         Some(e)
     }
 
+    /// Drop the holes at the end; compact when holes are the majority of a long list (the
+    /// sequence numbers change then, so the indexes are rebuilt: O(live), once per as many
+    /// removals).
+    fn tidy(&mut self) {
+        while matches!(self.entries.last(), Some(None)) {
+            self.entries.pop();
+        }
+        if self.entries.len() < COMPACT_FROM || self.live * 2 >= self.entries.len() {
+            return;
+        }
+        self.base += self.entries.len() as u64;
+        let kept: Vec<JournalEntry> = std::mem::take(&mut self.entries)
+            .into_iter()
+            .flatten()
+            .collect();
+        self.by_slot = None;
+        self.by_object = None;
+        self.by_symbol = None;
+        self.live = 0;
+        for e in kept {
+            self.record(e);
+        }
+    }
+
     /// Remove and return the entries of one hook set, newest first (undo order).
     pub fn take_set(&mut self, set_id: u64) -> Vec<JournalEntry> {
+        let base = self.base;
         let seqs: Vec<u64> = self
             .entries
             .iter()
+            .enumerate()
             .rev()
-            .filter(|(_, e)| e.set_id == set_id)
-            .map(|(&s, _)| s)
+            .filter(|(_, e)| e.as_ref().is_some_and(|e| e.set_id == set_id))
+            .map(|(i, _)| base + i as u64)
             .collect();
         let taken: Vec<JournalEntry> = seqs
             .into_iter()
@@ -138,14 +182,21 @@ impl Journal {
             .collect();
         if let Some(m) = &mut self.by_object {
             for e in &taken {
-                if let Some(v) = m.get_mut(&object_key(&e.object)) {
-                    v.retain(|s| self.entries.contains_key(s));
+                let key = object_key(&e.object);
+                if let Some(v) = m.get_mut(&key) {
+                    let (entries, base) = (&self.entries, self.base);
+                    v.retain(|s| {
+                        s.checked_sub(base)
+                            .and_then(|i| entries.get(i as usize))
+                            .is_some_and(Option::is_some)
+                    });
                     if v.is_empty() {
-                        m.remove(&object_key(&e.object));
+                        m.remove(&key);
                     }
                 }
             }
         }
+        self.tidy();
         taken
     }
 
@@ -157,7 +208,9 @@ impl Journal {
             .as_mut()
             .and_then(|m| m.remove(&object_key(object)))
             .unwrap_or_default();
-        seqs.into_iter().filter_map(|s| self.remove_seq(s)).count()
+        let n = seqs.into_iter().filter_map(|s| self.remove_seq(s)).count();
+        self.tidy();
+        n
     }
 
     /// Whether `address` is already patched by the given set.
@@ -171,7 +224,7 @@ impl Journal {
     /// (the set below them in a stack of hooks on one symbol left). Returns their addresses.
     pub fn reroute(&mut self, set_id: u64, old: usize, to: usize) -> Vec<usize> {
         let mut moved = Vec::new();
-        for e in self.entries.values_mut() {
+        for e in self.entries.iter_mut().flatten() {
             if e.set_id == set_id && e.old == old {
                 e.old = to;
                 moved.push(e.address);
@@ -254,5 +307,48 @@ mod tests {
         assert!(j.contains(2, 8));
         assert_eq!(j.forget_object(&a), 1);
         assert!(j.is_empty() && !j.has_symbol(2, "g"));
+    }
+    /// A plugin opened and closed leaves no hole; a journal that lost most of its entries is
+    /// compacted, and every question still gets the answer it got before.
+    #[test]
+    fn holes_are_dropped_or_compacted_without_changing_answers() {
+        let (a, b, c) = (object("a"), object("b"), object("c"));
+        let mut j = Journal::new();
+        for i in 0..200 {
+            j.record(entry(1, if i % 2 == 0 { &a } else { &b }, "f", 8 * i));
+        }
+        // Opened and closed again: its entries were the last, nothing stays behind.
+        let before = j.entries.len();
+        for i in 0..3 {
+            j.record(entry(2, &c, "g", 0x10_000 + 8 * i));
+        }
+        assert_eq!(j.forget_object(&c), 3);
+        assert_eq!(j.entries.len(), before, "trailing holes dropped");
+        assert!(!j.has_symbol(2, "g"));
+
+        // Half removed: kept as holes.
+        assert_eq!(j.forget_object(&b), 100);
+        assert_eq!(j.entries.len(), 199, "the last of b's entries was trailing");
+        let mark = j.mark();
+        for i in 0..10 {
+            j.record(entry(3, &b, "h", 0x20_000 + 8 * i));
+        }
+        // Most removed: compacted, sequence numbers renumbered, indexes rebuilt.
+        assert_eq!(j.forget_object(&a), 100);
+        assert_eq!(j.entries.len(), 10, "compacted");
+        assert_eq!(j.len(), 10);
+        assert_eq!(j.since(mark).count(), 10, "a mark from before still works");
+        assert!(j.contains(3, 0x20_000) && !j.contains(1, 0));
+        assert!(j.has_symbol(3, "h") && !j.has_symbol(1, "f"));
+        let order: Vec<usize> = j.entries().map(|e| e.address).collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "patch order kept");
+        let mark = j.mark();
+        j.record(entry(3, &c, "h", 0x30_000));
+        assert_eq!(j.since(mark).count(), 1);
+        let taken = j.take_set(3);
+        assert_eq!(taken.len(), 11);
+        assert_eq!(taken[0].address, 0x30_000, "newest first");
+        assert!(j.is_empty() && j.entries.is_empty());
+        assert_eq!(j.forget_object(&b), 0, "b's index was emptied by take_set");
     }
 }
