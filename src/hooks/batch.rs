@@ -94,7 +94,14 @@ const FEW: usize = 8;
 /// a sized iterator in place (`SmallVec` would push element by element past its inline room).
 pub(crate) fn few<T>(items: impl Iterator<Item = T>) -> Few<T> {
     match items.size_hint() {
-        (_, Some(n)) if n <= FEW => items.collect(),
+        (_, Some(n)) if n <= FEW => {
+            // One push each: `SmallVec`'s `collect` costs ≈ 100 instructions even for a few.
+            let mut list = Few::new();
+            for item in items {
+                list.push(item);
+            }
+            list
+        }
         _ => SmallVec::from_vec(items.collect()),
     }
 }
@@ -165,6 +172,13 @@ impl Batch {
     /// them by name. Returns which objects were touched.
     /// Objects whose `needed` entry is false are skipped (and reported touched).
     pub fn touch(&self, needed: &[bool], work: &mut dyn FnMut(usize)) -> Few<bool> {
+        if self.objects.len() == 1 && self.has_pin(0) {
+            // One object its caller pins (a `dlopen`): nothing to walk or pin.
+            if needed[0] {
+                work(0);
+            }
+            return smallvec::smallvec![true];
+        }
         let mut done = few(needed.iter().map(|n| !n));
         let (mut listed, mut at): (Few<&crate::elf::LoadedObject>, Few<usize>) =
             (Few::new(), Few::new());

@@ -68,7 +68,11 @@ pub fn skip_reason(obj: &LoadedObject, exclude: &[String]) -> Option<SkipReason>
     {
         return Some(SkipReason::Vdso);
     }
-    let file = obj.name.rsplit('/').next().unwrap_or("");
+    // The file name (`memrchr`: `rsplit` decodes the path char by char, ≈ 250 instructions).
+    let file = match memchr::memrchr(b'/', obj.name.as_bytes()) {
+        Some(i) => &obj.name[i + 1..],
+        None => &obj.name[..],
+    };
     if (interp != 0 && obj.contains(interp))
         || file.starts_with("ld-linux")
         || file.starts_with("ld64.so")
