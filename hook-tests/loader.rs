@@ -196,6 +196,9 @@ fn a_later_library_defining_a_hooked_function_gives_its_original() {
         return;
     }
     static REAL_ANSWER: AtomicUsize = AtomicUsize::new(0);
+    static REAL_DEP: AtomicUsize = AtomicUsize::new(0);
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    counting_hook!(dep_call, REAL_DEP, CALLS);
     extern "C" fn answer() -> c_int {
         // SAFETY: never called (nothing imports subonly_answer); its type if it were.
         let real: extern "C" fn() -> c_int =
@@ -218,12 +221,16 @@ fn a_later_library_defining_a_hooked_function_gives_its_original() {
 
         let set = cuhook::hooks::HookSet::new(
             "late definer",
-            vec![cuhook::hooks::Hook::new(
-                "subonly_answer",
-                answer as *const () as usize,
-                &REAL_ANSWER,
-            )
-            .unwrap()],
+            vec![
+                cuhook::hooks::Hook::new(
+                    "subonly_answer",
+                    answer as *const () as usize,
+                    &REAL_ANSWER,
+                )
+                .unwrap(),
+                cuhook::hooks::Hook::new("dep_call", dep_call as *const () as usize, &REAL_DEP)
+                    .unwrap(),
+            ],
         )
         .unwrap();
         let installed = cuhook::hooks::install(&set).unwrap();
@@ -255,5 +262,44 @@ fn a_later_library_defining_a_hooked_function_gives_its_original() {
         let defined = libc::dlsym(h, c"subonly_answer".as_ptr()) as usize;
         assert_eq!(REAL_ANSWER.load(Ordering::Acquire), defined, "RTLD_GLOBAL");
         installed.uninstall().unwrap();
+
+        // Excluded: libdep.so defines dep_call (nothing loaded imports it). Nothing is looked
+        // up when it comes (it is not patched), but while it is loaded the next new object's
+        // patch looks for every missing original, and the global scope has it. (Another
+        // library than libsubonly.so: a global lookup that found a definition keeps its library
+        // loaded for good.)
+        let dep = path("libdep.so");
+        assert!(libc::dlopen(dep.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD).is_null());
+        cuhook::hooks::set_exclude_list(["libdep.so"]);
+        let installed = cuhook::hooks::install(&set).unwrap();
+        assert_eq!(
+            REAL_DEP.load(Ordering::Acquire),
+            0,
+            "nothing defines dep_call yet"
+        );
+        let h = open(dep.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
+        assert!(!h.is_null());
+        assert_eq!(
+            REAL_DEP.load(Ordering::Acquire),
+            0,
+            "excluded: not looked at"
+        );
+        // libnextd.so imports dlsym (hooked by the loader set): a new object that matters.
+        let other = open(
+            path("libnextd.so").as_ptr(),
+            libc::RTLD_NOW | libc::RTLD_LOCAL,
+        );
+        assert!(!other.is_null());
+        let defined = libc::dlsym(h, c"dep_call".as_ptr()) as usize;
+        assert_ne!(defined, 0);
+        assert_eq!(
+            REAL_DEP.load(Ordering::Acquire),
+            defined,
+            "found while an excluded library is loaded"
+        );
+        assert_eq!(close(other), 0);
+        assert_eq!(close(h), 0);
+        installed.uninstall().unwrap();
+        cuhook::hooks::set_exclude_list(Vec::<String>::new());
     }
 }

@@ -434,7 +434,7 @@ fn index_tables(
     part.defines = match indexes {
         Some(ix) => ix.iter().fold(NameFilter::EMPTY, |bits, &i| {
             let Some(sym) = tables.sym_addr(i as usize).and_then(|a| img.read::<Sym>(a)) else {
-                return bits;
+                return NameFilter::ALL; // unreadable now: it may be a definition
             };
             if sym.st_shndx as u32 == SHN_UNDEF {
                 return bits;

@@ -269,7 +269,7 @@ impl<'a> GnuTable<'a> {
                 return None;
             }
             if self.chain(img, end)? & 1 != 0 {
-                return Some(self.symoffset..end + 1);
+                return end.checked_add(1).map(|after| self.symoffset..after);
             }
             end = end.checked_add(1)?;
         }

@@ -110,15 +110,17 @@ impl Journal {
         self.live == 0
     }
 
-    /// A position to pass to [`Journal::since`]: entries recorded after this call. Meant for
-    /// one operation that only records: a removal may compact the journal, after which an
-    /// older mark covers every entry.
+    /// A position to pass to [`Journal::since`]: entries recorded after this call. Only for an
+    /// operation that records and removes nothing in between: a removal drops trailing holes
+    /// (later records then reuse their numbers, which an older mark would miss) or compacts the
+    /// journal (renumbering everything).
     pub fn mark(&self) -> u64 {
         self.base + self.entries.len() as u64
     }
 
     /// Live entries recorded since `mark`.
     pub fn since(&self, mark: u64) -> impl Iterator<Item = &JournalEntry> + '_ {
+        debug_assert!(mark <= self.mark(), "a mark from before a removal");
         let from = (mark.saturating_sub(self.base) as usize).min(self.entries.len());
         self.entries[from..].iter().flatten()
     }

@@ -38,6 +38,9 @@ pub(super) struct Known {
     pub index: Option<Arc<ObjectIndex>>,
     /// Its `struct link_map`, once learnt (0 until then): what `dlclose` hands us.
     link_map: usize,
+    /// Left unindexed (excluded, or unreadable) although it may define a hooked function: while
+    /// such an object is loaded, new objects' patches look for every missing original.
+    hides: bool,
 }
 
 /// The known objects at one load bias: nearly always one (kept inline, no allocation per
@@ -56,6 +59,8 @@ pub(crate) struct State {
     by_link_map: Option<HashMap<usize, usize>>,
     /// Indexes with canonical PLT imports (non-PIE executables), which every resolution checks.
     canonical: Vec<Arc<ObjectIndex>>,
+    /// Known objects that hide what they define ([`Known::hides`]).
+    hiding: usize,
     /// The loader's add/remove counters at the last sync: a change means the cache is stale.
     last_counters: Counters,
     /// What the diagnostics report (skipped objects, conflicts, counters).
@@ -76,6 +81,7 @@ static STATE: spin::Mutex<State> = spin::Mutex::new(State {
     known: None,
     by_link_map: None,
     canonical: Vec::new(),
+    hiding: 0,
     last_counters: Counters { adds: 0, subs: 0 },
     diag: Diagnostics::new(),
     next_id: 1,

@@ -39,11 +39,14 @@ impl State {
 
     /// Patch objects that appeared since the last scan with every installed set, and note those
     /// whose constructors already ran unhooked. `complete`: the batch holds every object loaded
-    /// since the last sync that may matter (none was left unread).
+    /// since the last sync that may matter (none was left unread). Then, unless a loaded object
+    /// hides what it defines (excluded, unreadable), a missing original can only come from
+    /// the batch, and only the hooks the batch may define are looked for.
     pub(super) fn patch_new(&mut self, mut batch: Batch, complete: bool) -> usize {
         if batch.is_empty() {
             return 0;
         }
+        let complete = complete && self.hiding == 0;
         let ids = few(self.sets.iter().map(|s| s.id));
         let mark = self.journal.mark();
         let patched = self.patch_batch(&ids, &mut batch, complete);

@@ -24,6 +24,7 @@ impl State {
         }
         if grew {
             self.known = None;
+            self.hiding = 0;
             self.by_link_map = None;
             self.canonical.clear();
         }

@@ -14,7 +14,7 @@ use crate::hooks::batch::{self, Batch};
 use crate::hooks::diagnostics::{push_bounded, push_name_bounded};
 use crate::hooks::loader::{object_at, Pin};
 use crate::hooks::resolver::matters;
-use crate::hooks::skip::{exclude_list, skip_reason};
+use crate::hooks::skip::{exclude_list, skip_reason, SkipReason};
 
 use super::{Known, State};
 
@@ -56,19 +56,24 @@ impl State {
                 &mut self.diag.skipped,
                 (obj.display_name().to_owned(), reason),
             );
-            return self.enter(obj, link_map, None);
+            // cuhook's own object, the vDSO and the loader are there from the first sync, whose
+            // install looks for every original; an excluded library may come later.
+            let hides = reason == SkipReason::Excluded;
+            return self.enter(obj, link_map, None, hides);
         }
         let built = ObjectIndex::build_in(obj.clone(), Some(&self.wanted), &mut self.room);
-        self.enter(obj, link_map, Some(built))
+        self.enter(obj, link_map, Some(built), false)
     }
 
     /// Take a new object into the cache with its index as built (`None`: left alone on
-    /// purpose), noting what the diagnostics report about it. Returns its index when it has one.
+    /// purpose; `hides`: it may define hooked functions all the same), noting what the
+    /// diagnostics report about it. Returns its index when it has one.
     fn enter(
         &mut self,
         obj: Arc<LoadedObject>,
         link_map: usize,
         built: Option<Result<ObjectIndex>>,
+        mut hides: bool,
     ) -> Option<Arc<ObjectIndex>> {
         let index = match built {
             None => None,
@@ -91,9 +96,11 @@ impl State {
             }
             Some(Err(e)) => {
                 push_bounded(&mut self.diag.unreadable, e.to_string());
+                hides = true;
                 None
             }
         };
+        self.hiding += usize::from(hides);
         let base = obj.base;
         self.known
             .get_or_insert_with(HashMap::default)
@@ -103,6 +110,7 @@ impl State {
                 object: obj,
                 index: index.clone(),
                 link_map: 0,
+                hides,
             });
         if link_map != 0 {
             self.learn_link_map(base, link_map);
@@ -131,6 +139,7 @@ impl State {
         if let Some(list) = self.known.as_mut().and_then(|m| m.get_mut(&obj.base)) {
             if let Some(pos) = list.iter().position(|k| Arc::ptr_eq(&k.object, obj)) {
                 let k = list.swap_remove(pos);
+                self.hiding = self.hiding.saturating_sub(usize::from(k.hides));
                 if list.is_empty() {
                     self.known.as_mut().map(|m| m.remove(&obj.base));
                 }
@@ -210,7 +219,7 @@ impl State {
             let (index, pin) = if !readable {
                 (self.admit(obj, 0, &exclude), None)
             } else if let Some(built) = walked {
-                (self.enter(obj, 0, Some(built)), None)
+                (self.enter(obj, 0, Some(built), false), None)
             } else {
                 let Some(pin) = Pin::object(&obj) else {
                     // Gone already, or not reachable by name: never read it.
