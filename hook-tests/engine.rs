@@ -352,19 +352,9 @@ fn page_protected_by_the_program_is_seen_and_kept_text() {
     if std::env::var_os("CUHOOK_NO_PROCMAP_QUERY").is_some() {
         return; // this is the re-run itself
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "page_protected_by_the_program_is_seen_and_kept",
-            "--nocapture",
-        ])
-        .env("CUHOOK_NO_PROCMAP_QUERY", "1")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.contains("1 passed"),
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::rerun_in_child(
+        "page_protected_by_the_program_is_seen_and_kept",
+        "CUHOOK_NO_PROCMAP_QUERY",
+        "1",
     );
 }

@@ -178,20 +178,10 @@ fn a_later_library_defining_a_hooked_function_gives_its_original() {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     if std::env::var_os("CUHOOK_TEST_LATE_DEFINER").is_none() {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "a_later_library_defining_a_hooked_function_gives_its_original",
-                "--nocapture",
-            ])
-            .env("CUHOOK_TEST_LATE_DEFINER", "1")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && text.contains("1 passed"),
-            "{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        common::rerun_in_child(
+            "a_later_library_defining_a_hooked_function_gives_its_original",
+            "CUHOOK_TEST_LATE_DEFINER",
+            "1",
         );
         return;
     }

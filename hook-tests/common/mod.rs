@@ -30,6 +30,23 @@ pub fn libcuhook() -> PathBuf {
     );
 }
 
+/// Run test `name` of this test executable again in a child process, with the environment
+/// variable `var` set to `value`, and assert that it passed there (for a test that needs a
+/// process of its own, or a setting read once per process).
+pub fn rerun_in_child(name: &str, var: &str, value: &str) {
+    let out = Command::new(std::env::current_exe().expect("current_exe"))
+        .args(["--exact", name, "--nocapture"])
+        .env(var, value)
+        .output()
+        .expect("run the test executable again");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// What one fixture process printed.
 #[derive(Debug)]
 pub struct Run {

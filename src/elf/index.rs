@@ -706,25 +706,29 @@ mod tests {
         assert!(tiny.is_empty(), "a refused object leaves nothing behind");
     }
 
+    /// Names the test objects import or define (some in every process: libc's).
+    const TEST_NAMES: [&str; 13] = [
+        "malloc",
+        "free",
+        "getpid",
+        "dlopen",
+        "dlsym",
+        "pthread_create",
+        "__cxa_finalize",
+        "strlen",
+        "memcpy",
+        "_Unwind_Resume",
+        "__libc_start_main",
+        "abort",
+        "write",
+    ];
+
     /// The name filters never turn away a name the object imports through a slot or defines
     /// (in every object of this process); a name it neither imports nor defines is usually
     /// turned away.
     #[test]
     fn name_filters_hold_every_imported_and_defined_name() {
-        let names = [
-            "malloc",
-            "free",
-            "getpid",
-            "dlopen",
-            "dlsym",
-            "pthread_create",
-            "strlen",
-            "memcpy",
-            "abort",
-            "write",
-            "__cxa_finalize",
-            "_Unwind_Resume",
-        ];
+        let names = TEST_NAMES;
         let wanted = WantedNames::of(names);
         let (mut imported, mut defined) = (0, 0);
         for obj in snapshot().objects {
@@ -791,23 +795,7 @@ mod tests {
     /// object of this process (executable, libc, libgcc, the loader, the vDSO).
     #[test]
     fn hash_lookup_finds_the_same_slots_as_reading_every_name() {
-        let mut names: Vec<Vec<u8>> = [
-            "malloc",
-            "free",
-            "getpid",
-            "dlopen",
-            "dlsym",
-            "pthread_create",
-            "__cxa_finalize",
-            "strlen",
-            "memcpy",
-            "_Unwind_Resume",
-            "__libc_start_main",
-            "abort",
-        ]
-        .iter()
-        .map(|n| n.as_bytes().to_vec())
-        .collect();
+        let mut names: Vec<Vec<u8>> = TEST_NAMES.iter().map(|n| n.as_bytes().to_vec()).collect();
         names.sort();
         let mut compared = 0;
         for obj in snapshot().objects {

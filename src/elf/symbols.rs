@@ -363,35 +363,43 @@ mod tests {
         assert!(!defines(&snap.objects[0], "getpid", None));
     }
 
-    /// Reading a small table symbol by symbol finds exactly what asking it name by name finds,
-    /// in every object of this process, for names each object defines and names none does.
-    #[test]
-    fn symbols_read_one_by_one_match_lookups_name_by_name() {
-        let mut compared = 0;
+    /// Visit every object of this process that has a usable GNU hash table.
+    fn each_gnu_table(
+        mut visit: impl FnMut(&LoadedObject, &DynamicTables, &Image<'_>, &GnuTable<'_>),
+    ) {
         for obj in snapshot().objects {
             let Ok(Some(t)) = DynamicTables::read(&obj) else {
                 continue;
             };
             let img = Image::new(&obj);
-            let Some(table) = t.gnu_hash.and_then(|at| GnuTable::read(&img, at)) else {
-                continue;
-            };
-            let Some(hashed) = table.few_hashed(&img, 1 << 16) else {
-                continue;
+            if let Some(table) = t.gnu_hash.and_then(|at| GnuTable::read(&img, at)) {
+                visit(&obj, &t, &img, &table);
+            }
+        }
+    }
+
+    /// Reading a small table symbol by symbol finds exactly what asking it name by name finds,
+    /// in every object of this process, for names each object defines and names none does.
+    #[test]
+    fn symbols_read_one_by_one_match_lookups_name_by_name() {
+        let mut compared = 0;
+        each_gnu_table(|obj, t, img, table| {
+            let Some(hashed) = table.few_hashed(img, 1 << 16) else {
+                return;
             };
             let name_at = |index: u32| {
                 t.sym_addr(index as usize)
                     .and_then(|a| img.read::<Sym>(a))
-                    .and_then(|s| t.string(&img, s.st_name as usize))
+                    .and_then(|s| t.string(img, s.st_name as usize))
             };
             // Every other symbol the object hashes (found bucket by bucket, chain by chain,
             // independently of `few_hashed`), and names nobody defines.
             let mut all = Vec::new();
             for b in 0..table.nbuckets as usize {
-                let Some(mut i) = table.bucket(&img, b).filter(|&i| i >= table.symoffset) else {
+                let Some(mut i) = table.bucket(img, b).filter(|&i| i >= table.symoffset) else {
                     continue;
                 };
-                while let Some(h) = table.chain(&img, i) {
+                while let Some(h) = table.chain(img, i) {
                     all.extend(name_at(i).map(<[u8]>::to_vec));
                     if h & 1 != 0 {
                         break;
@@ -404,7 +412,7 @@ mod tests {
             let wanted = WantedNames::of(&names);
             let mut by_name = Vec::new();
             for (name, hash) in wanted.with_gnu_hashes() {
-                table.walk(&img, hash, |i| {
+                table.walk(img, hash, |i| {
                     if name_at(i as u32) == Some(name) {
                         by_name.push(i as u32);
                     }
@@ -413,9 +421,7 @@ mod tests {
             }
             let one_by_one: Vec<u32> = hashed
                 .filter(|&i| {
-                    table
-                        .chain(&img, i)
-                        .is_some_and(|h| wanted.may_have_hash(h))
+                    table.chain(img, i).is_some_and(|h| wanted.may_have_hash(h))
                         && name_at(i).is_some_and(|n| wanted.contains(n))
                 })
                 .collect();
@@ -423,7 +429,7 @@ mod tests {
             by_name.dedup();
             assert_eq!(one_by_one, by_name, "{}", obj.display_name());
             compared += by_name.len();
-        }
+        });
         assert!(compared > 20, "only {compared} symbols compared");
     }
 
@@ -432,18 +438,11 @@ mod tests {
     #[test]
     fn bloom_filter_passes_every_hashed_symbol_and_turns_others_away() {
         let (mut passed, mut refused, mut tried) = (0, 0, 0);
-        for obj in snapshot().objects {
-            let Ok(Some(t)) = DynamicTables::read(&obj) else {
-                continue;
-            };
-            let img = Image::new(&obj);
-            let Some(table) = t.gnu_hash.and_then(|at| GnuTable::read(&img, at)) else {
-                continue;
-            };
+        each_gnu_table(|obj, t, img, table| {
             // Every hashed symbol, chain by chain (up to 5,000 per object).
             let mut seen = 0;
             for b in 0..table.nbuckets as usize {
-                let Some(mut index) = table.bucket(&img, b) else {
+                let Some(mut index) = table.bucket(img, b) else {
                     break;
                 };
                 while index >= table.symoffset && seen < 5000 {
@@ -455,7 +454,7 @@ mod tests {
                     ) else {
                         break;
                     };
-                    if let Some(name) = t.string(&img, sym.st_name as usize) {
+                    if let Some(name) = t.string(img, sym.st_name as usize) {
                         assert!(
                             table.may_hold(gnu_hash(name)),
                             "{}: {} refused",
@@ -475,7 +474,7 @@ mod tests {
                 let made_up = format!("cuhook_no_such_symbol_{k}");
                 refused += usize::from(!table.may_hold(gnu_hash(made_up.as_bytes())));
             }
-        }
+        });
         assert!(passed > 100, "only {passed} symbols checked");
         assert!(
             refused * 2 > tried,
