@@ -18,7 +18,7 @@ use super::room::{extend, push, Full};
 use super::snapshot::LoadedObject;
 use super::symbols::wanted_indexes;
 use super::versions::VersionNames;
-use super::wanted::{gnu_hash, WantedNames};
+use super::wanted::{gnu_hash, KeySet, WantedNames};
 use crate::Result;
 use goblin::elf::program_header::PF_X;
 
@@ -89,9 +89,6 @@ pub struct ObjectIndex {
     pub object: Arc<LoadedObject>,
     /// Constructors ran before anyone could patch this object (if it was loaded late).
     pub has_constructors: bool,
-    /// The object may define one of the wanted symbols (its scope can tell where a hooked
-    /// function lives even when nothing imports it through a slot).
-    pub defines_wanted: bool,
     /// Which wanted names it may define, and which its slots import.
     defines: NameFilter,
     imports: NameFilter,
@@ -172,7 +169,6 @@ impl IndexRoom {
 #[derive(Debug, Clone)]
 pub struct Indexed {
     has_constructors: bool,
-    defines_wanted: bool,
     defines: NameFilter,
     text_references: usize,
     entries: std::ops::Range<usize>,
@@ -267,7 +263,6 @@ impl ObjectIndex {
         ObjectIndex {
             object,
             has_constructors: part.has_constructors,
-            defines_wanted: part.defines_wanted,
             defines: part.defines,
             imports,
             text_references: part.text_references,
@@ -301,6 +296,12 @@ impl ObjectIndex {
         let e = self.entries.iter().find(|e| e.slot.address == address)?;
         e.version
             .and_then(|v| std::str::from_utf8(name_of(&self.arena, v)).ok())
+    }
+
+    /// The object may define one of the wanted symbols (its scope can tell where a hooked
+    /// function lives even when nothing imports it through a slot).
+    pub fn defines_wanted(&self) -> bool {
+        !self.defines.is_empty()
     }
 
     /// The wanted names the object may define (by GNU hash): a new object's patch looks for
@@ -397,7 +398,6 @@ fn index_tables(
 ) -> std::result::Result<Indexed, IndexFailure> {
     let mut part = Indexed {
         has_constructors: false,
-        defines_wanted: false,
         defines: NameFilter::EMPTY,
         text_references: 0,
         entries: 0..0,
@@ -446,7 +446,6 @@ fn index_tables(
         }),
         None => NameFilter::ALL,
     };
-    part.defines_wanted = !part.defines.is_empty();
     if indexes.is_some_and(|i| i.is_empty()) {
         return Ok(finish(part, entries, arena));
     }
@@ -457,17 +456,16 @@ fn index_tables(
     let versions = VersionNames::read(&img, &tables, versions, fixed)?;
     // The wanted symbol indexes as a 4,096-bit filter: most relocations of a big library name
     // other symbols, and are passed over with one bit test instead of a search.
-    let mut filter = [0u64; 64];
+    let mut filter = KeySet::new();
     for &i in indexes.unwrap_or(&[]) {
-        filter[(i as usize >> 6) & 63] |= 1 << (i & 63);
+        filter.insert(i as usize);
     }
     // Relocations naming no symbol, or none wanted, are passed over without a call.
     let wanted = |info: u64| {
         let sym_index = r_sym(info) as usize;
         sym_index != 0
             && indexes.is_none_or(|ix| {
-                filter[(sym_index >> 6) & 63] & (1 << (sym_index & 63)) != 0
-                    && ix.binary_search(&(sym_index as u32)).is_ok()
+                filter.may_hold(sym_index) && ix.binary_search(&(sym_index as u32)).is_ok()
             })
     };
     for table in tables.relocs.iter() {

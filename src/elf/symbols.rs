@@ -89,9 +89,10 @@ pub(crate) fn wanted_indexes(
     // Record a wanted index; true (stop) when there is no room left.
     let mut take = |index: usize| push(found, index as u32, fixed).is_err();
     if let Some(at) = t.gnu_hash {
-        let Some(unhashed) = unhashed_symbols(img, t, at) else {
+        let Some(table) = GnuTable::read(img, at) else {
             return Ok(false);
         };
+        let unhashed = unhashed_symbols(img, t, &table);
         // Up to the first entry that cannot be read: a corrupt `symoffset` may claim billions.
         for index in 1..unhashed.min(MAX_CHAIN) {
             let Some(sym) = symbol(index) else {
@@ -101,28 +102,25 @@ pub(crate) fn wanted_indexes(
                 return Err(Full);
             }
         }
-        if let Some(table) = GnuTable::read(img, at) {
-            // An object that hashes fewer symbols than there are names (most libraries a
-            // program opens export a handful) is read symbol by symbol, each passed over on its
-            // hash alone unless a wanted name has it; a bigger one is asked name by name.
-            if let Some(hashed) = table.few_hashed(img, 2 * names.len()) {
-                for index in hashed {
-                    let Some(h) = table.chain(img, index) else {
-                        break;
-                    };
-                    if names.may_have_hash(h) && is_wanted(index as usize) && take(index as usize) {
-                        return Err(Full);
-                    }
+        // An object that hashes fewer symbols than there are names (most libraries a program
+        // opens export a handful) is read symbol by symbol, each passed over on its hash alone
+        // unless a wanted name has it; a bigger one is asked name by name.
+        if let Some(hashed) = table.few_hashed(img, 2 * names.len()) {
+            for index in hashed {
+                let Some(h) = table.chain(img, index) else {
+                    break;
+                };
+                if names.may_have_hash(h) && is_wanted(index as usize) && take(index as usize) {
+                    return Err(Full);
                 }
-            } else {
-                for (name, hash) in names.with_gnu_hashes() {
-                    let named = |index: usize| {
-                        symbol(index).and_then(|sym| t.string(img, sym.st_name as usize))
-                            == Some(name)
-                    };
-                    if table.walk(img, hash, |index| named(index) && take(index)) {
-                        return Err(Full);
-                    }
+            }
+        } else {
+            for (name, hash) in names.with_gnu_hashes() {
+                let named = |index: usize| {
+                    symbol(index).and_then(|sym| t.string(img, sym.st_name as usize)) == Some(name)
+                };
+                if table.walk(img, hash, |index| named(index) && take(index)) {
+                    return Err(Full);
                 }
             }
         }
@@ -140,25 +138,19 @@ pub(crate) fn wanted_indexes(
     Ok(true)
 }
 
-/// How many symbols precede the hashed ones of a GNU hash table at `at`: the imports are among
-/// them. Normally `symoffset`; but a table that hashes no symbol at all (an executable that
+/// How many symbols precede the hashed ones of a GNU hash table: the imports are among them. Normally `symoffset`; but a table that hashes no symbol at all (an executable that
 /// exports nothing) leaves `symoffset` meaningless, and aarch64's GNU ld writes 1 there (x86-64's
 /// writes the symbol count): then every symbol is unhashed, and their count is bounded by where
 /// `.dynstr` starts (it follows `.dynsym` in GNU ld's and gold's layout; a bound too large only
 /// reads more names) or by a SysV table's `nchain`.
-fn unhashed_symbols(img: &Image<'_>, t: &DynamicTables, at: usize) -> Option<usize> {
-    let (nbuckets, symoffset, bloom_size) = (
-        img.read::<u32>(at)?,
-        img.read::<u32>(at + 4)?,
-        img.read::<u32>(at + 8)?,
-    );
-    let buckets = at.wrapping_add(16).wrapping_add(bloom_size as usize * 8);
+fn unhashed_symbols(img: &Image<'_>, t: &DynamicTables, table: &GnuTable<'_>) -> usize {
+    let symoffset = table.symoffset as usize;
     // Up to the first bucket that cannot be read: a corrupt count may claim four billion.
-    let hashes_any = (0..nbuckets as usize)
-        .map_while(|i| img.read::<u32>(buckets.wrapping_add(i * 4)))
+    let hashes_any = (0..table.nbuckets as usize)
+        .map_while(|b| table.bucket(img, b))
         .any(|b| b != 0);
     if hashes_any {
-        return Some(symoffset as usize);
+        return symoffset;
     }
     let from_sysv = t
         .hash
@@ -166,12 +158,7 @@ fn unhashed_symbols(img: &Image<'_>, t: &DynamicTables, at: usize) -> Option<usi
         .map(|n| n as usize);
     let from_layout =
         (t.strtab > t.symtab && t.syment > 0).then(|| (t.strtab - t.symtab) / t.syment);
-    Some(
-        from_sysv
-            .or(from_layout)
-            .unwrap_or(0)
-            .max(symoffset as usize),
-    )
+    from_sysv.or(from_layout).unwrap_or(0).max(symoffset)
 }
 
 fn lookup_gnu(img: &Image<'_>, at: usize, name: &[u8], matches: impl Fn(usize) -> bool) -> bool {
@@ -184,7 +171,8 @@ fn lookup_sysv(img: &Image<'_>, at: usize, name: &[u8], matches: impl Fn(usize) 
 
 /// A GNU hash table, its header read once per object (not once per name looked up), its Bloom
 /// filter and buckets checked once as arrays where they lie in one readable segment (each
-/// bounded read costs a segment lookup; an object is asked for ≈ 80 names).
+/// bounded read costs a segment lookup; an object is asked for ≈ 80 names). A table without
+/// buckets hashes nothing.
 struct GnuTable<'a> {
     nbuckets: u32,
     symoffset: u32,
@@ -205,9 +193,6 @@ impl<'a> GnuTable<'a> {
             img.read::<u32>(at.wrapping_add(8))?,
             img.read::<u32>(at.wrapping_add(12))?,
         );
-        if nbuckets == 0 {
-            return None;
-        }
         let words = at.wrapping_add(16);
         let buckets_at = words.wrapping_add(bloom_size as usize * 8);
         let bloom = (bloom_size.is_power_of_two() && shift < 32)
@@ -277,7 +262,7 @@ impl<'a> GnuTable<'a> {
 
     /// Visit the symbols of hash `h`'s chain whose hash matches, until `visit` says stop.
     fn walk(&self, img: &Image<'_>, h: u32, mut visit: impl FnMut(usize) -> bool) -> bool {
-        if !self.may_hold(h) {
+        if self.nbuckets == 0 || !self.may_hold(h) {
             return false;
         }
         let Some(mut index) = self.bucket(img, (h % self.nbuckets) as usize) else {

@@ -28,6 +28,27 @@ pub(super) fn sysv_hash(name: &[u8]) -> u32 {
     h
 }
 
+/// A set of 12-bit keys as 4,096 bits: the filters that turn most of a big table's entries
+/// away with one bit test (the wanted names' hashes and prefixes, the wanted symbol indexes).
+#[derive(Debug, Clone)]
+pub(super) struct KeySet([u64; 64]);
+
+impl KeySet {
+    pub(super) const fn new() -> KeySet {
+        KeySet([0; 64])
+    }
+
+    /// Add `key` (its low 12 bits).
+    pub(super) fn insert(&mut self, key: usize) {
+        self.0[(key >> 6) & 63] |= 1 << (key & 63);
+    }
+
+    /// Whether a key with these low 12 bits was added.
+    pub(super) fn may_hold(&self, key: usize) -> bool {
+        self.0[(key >> 6) & 63] & (1 << (key & 63)) != 0
+    }
+}
+
 /// Sorted, unique names, with their GNU and SysV hashes and the set of their first two bytes.
 #[derive(Debug, Clone)]
 pub struct WantedNames {
@@ -35,9 +56,9 @@ pub struct WantedNames {
     gnu: Vec<u32>,
     sysv: Vec<u32>,
     prefixes: Prefixes,
-    /// The names' GNU hashes as a 4,096-bit set, keyed without their lowest bit (a hash
-    /// table's chain words keep only the others).
-    hashes: [u64; 64],
+    /// The names' GNU hashes, keyed without their lowest bit (a hash table's chain words keep
+    /// only the others).
+    hashes: KeySet,
 }
 
 impl Default for WantedNames {
@@ -53,8 +74,8 @@ impl WantedNames {
             names: Vec::new(),
             gnu: Vec::new(),
             sysv: Vec::new(),
-            prefixes: Prefixes([0; 64]),
-            hashes: [0; 64],
+            prefixes: Prefixes(KeySet::new()),
+            hashes: KeySet::new(),
         }
     }
 
@@ -75,8 +96,7 @@ impl WantedNames {
         self.names.insert(at, name.to_vec());
         let h = gnu_hash(name);
         self.gnu.insert(at, h);
-        let k = Self::hash_key(h);
-        self.hashes[k >> 6] |= 1 << (k & 63);
+        self.hashes.insert(h as usize >> 1);
         self.sysv.insert(at, sysv_hash(name));
         self.prefixes.add(name);
         true
@@ -104,12 +124,7 @@ impl WantedNames {
     /// Whether a name may have the GNU hash `h` (its lowest bit ignored, as in a chain word):
     /// false for most hashes no name has.
     pub(super) fn may_have_hash(&self, h: u32) -> bool {
-        let k = Self::hash_key(h);
-        self.hashes[k >> 6] & (1 << (k & 63)) != 0
-    }
-
-    fn hash_key(h: u32) -> usize {
-        (h as usize >> 1) & 4095
+        self.hashes.may_hold(h as usize >> 1)
     }
 
     /// Each name with its GNU hash.
@@ -135,19 +150,18 @@ impl WantedNames {
     }
 }
 
-/// The first two bytes of each wanted name, as a 4,096-bit set. A big library imports
+/// The first two bytes of each wanted name (six bits of each). A big library imports
 /// thousands of symbols that no hash table covers, nearly all C++ names (`_Z...`); each is
 /// passed over after one two-byte read and a bit test instead of a string scan and a search.
 #[derive(Debug, Clone)]
-struct Prefixes([u64; 64]);
+struct Prefixes(KeySet);
 
 impl Prefixes {
     fn add(&mut self, name: &[u8]) {
-        let k = Self::key(
+        self.0.insert(Self::key(
             name.first().copied().unwrap_or(0),
             name.get(1).copied().unwrap_or(0),
-        );
-        self.0[k >> 6] |= 1 << (k & 63);
+        ));
     }
 
     fn key(b0: u8, b1: u8) -> usize {
@@ -164,8 +178,7 @@ impl Prefixes {
             return true;
         };
         let [b0, b1] = two.to_ne_bytes();
-        let k = Self::key(b0, b1);
-        self.0[k >> 6] & (1 << (k & 63)) != 0
+        self.0.may_hold(Self::key(b0, b1))
     }
 }
 

@@ -15,7 +15,7 @@ use super::set::Hook;
 /// Whether a patch has anything to do with this object: slots to write, or definitions of
 /// hooked functions to find.
 pub(super) fn matters(idx: &ObjectIndex) -> bool {
-    !idx.is_empty() || idx.defines_wanted
+    !idx.is_empty() || idx.defines_wanted()
 }
 
 /// Finds the function a symbol really resolves to, never a PLT stub.
@@ -58,7 +58,7 @@ impl<'a> Resolver<'a> {
         (0..self.batch.objects.len())
             .filter(|&i| {
                 let o = &self.batch.objects[i];
-                o.defines_wanted && o.object.position != 0
+                o.defines_wanted() && o.object.position != 0
             })
             .filter_map(|i| self.batch.pin(i))
             .map(|p| p.lookup(self.symbol, version))
