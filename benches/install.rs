@@ -6,7 +6,8 @@
 //! Run: `cargo bench --bench install` (N = 50, 300, 1,000; then 1,000 with 5,000 extra
 //! mappings), or `cargo bench --bench install -- --objects 300 --maps 5000 --rounds 15`.
 //! Printed: median (min–max) of install (wall clock and the thread's CPU time) and of the
-//! uninstall that follows, in ms, and the slots patched. `BENCH_SET=cuda` installs cuhook's
+//! uninstall that follows, in ms, the install's minor page faults (fresh memory it touched),
+//! and the slots patched. `BENCH_SET=cuda` installs cuhook's
 //! CUDA set instead of the two-hook bench set (as the dlopen bench).
 
 #[path = "support/mod.rs"]
@@ -22,19 +23,30 @@ fn child(o: &support::Options) {
     support::load_all(&libs);
     support::add_mappings(o.maps);
     let set = support::hook_set();
-    let (t, c) = (Instant::now(), support::cpu_now());
+    let (t, c, f) = (Instant::now(), support::cpu_now(), support::minor_faults());
     let installed = cuhook::hooks::install(&set).unwrap();
     let install = t.elapsed().as_secs_f64() * 1e3;
     let install_cpu = (support::cpu_now() - c) * 1e3;
+    let faults = support::minor_faults() - f;
     let slots = cuhook::hooks::patched_slots().len();
     let t = Instant::now();
     installed.uninstall().unwrap();
     let uninstall = t.elapsed().as_secs_f64() * 1e3;
     println!(
-        "sample {install} {uninstall} {slots} {} {} {install_cpu}",
+        "sample {install} {uninstall} {slots} {} {} {install_cpu} {faults}",
         support::object_count(),
         support::mapping_count()
     );
+}
+
+/// What one child process measured (ms, and the install's minor page faults).
+struct Sample {
+    install: f64,
+    uninstall: f64,
+    install_cpu: f64,
+    faults: f64,
+    /// Slots, objects and mappings of the process.
+    what: String,
 }
 
 fn main() {
@@ -51,7 +63,7 @@ fn main() {
     // Build every library first, so no sample pays for it.
     support::libraries(configs.iter().map(|c| c.0).max().unwrap_or(0));
     let exe = std::env::current_exe().unwrap();
-    let mut samples: Vec<Vec<(f64, f64, String, f64)>> = vec![Vec::new(); configs.len()];
+    let mut samples: Vec<Vec<Sample>> = configs.iter().map(|_| Vec::new()).collect();
     // Configurations interleaved, round by round, so machine noise hits all alike.
     for _ in 0..o.rounds {
         for (i, &(objects, maps)) in configs.iter().enumerate() {
@@ -71,27 +83,27 @@ fn main() {
                 .find_map(|l| l.strip_prefix("sample "))
                 .expect("sample line");
             let f: Vec<&str> = line.split(' ').collect();
-            samples[i].push((
-                f[0].parse().unwrap(),
-                f[1].parse().unwrap(),
-                format!("slots={} objects={} mappings={}", f[2], f[3], f[4]),
-                f[5].parse().unwrap(),
-            ));
+            samples[i].push(Sample {
+                install: f[0].parse().unwrap(),
+                uninstall: f[1].parse().unwrap(),
+                what: format!("slots={} objects={} mappings={}", f[2], f[3], f[4]),
+                install_cpu: f[5].parse().unwrap(),
+                faults: f[6].parse().unwrap(),
+            });
         }
     }
     for (i, &(objects, maps)) in configs.iter().enumerate() {
-        let inst: Vec<f64> = samples[i].iter().map(|s| s.0).collect();
-        let cpu: Vec<f64> = samples[i].iter().map(|s| s.3).collect();
-        let uninst: Vec<f64> = samples[i].iter().map(|s| s.1).collect();
-        let s = summary(&inst);
-        let c = summary(&cpu);
+        let of = |f: fn(&Sample) -> f64| summary(&samples[i].iter().map(f).collect::<Vec<_>>());
+        let s = of(|s| s.install);
+        let c = of(|s| s.install_cpu);
         println!(
-            "N={objects:>5} +maps={maps:>5}: install wall {}, CPU {} ({:.2} µs CPU per object)   uninstall wall {}   [{}]",
+            "N={objects:>5} +maps={maps:>5}: install wall {}, CPU {} ({:.2} µs CPU per object), {:.0} page faults   uninstall wall {}   [{}]",
             show(&s, "ms"),
             show(&c, "ms"),
             c.median * 1e3 / objects as f64,
-            show(&summary(&uninst), "ms"),
-            samples[i][0].2
+            of(|s| s.faults).median,
+            show(&of(|s| s.uninstall), "ms"),
+            samples[i][0].what
         );
     }
 }

@@ -252,6 +252,15 @@ pub fn cpu_now() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
+/// This thread's minor page faults so far (fresh memory touched for the first time).
+pub fn minor_faults() -> i64 {
+    // SAFETY: an all-zero rusage is a valid value for getrusage to fill.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+    u.ru_minflt
+}
+
 /// Median, minimum and maximum of some samples.
 pub struct Summary {
     pub median: f64,

@@ -7,7 +7,7 @@
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use libc::{Elf64_Phdr, PT_LOAD};
+use libc::{Elf64_Phdr, PT_DYNAMIC, PT_LOAD};
 
 use crate::sys::dl::{self, Listed};
 
@@ -18,7 +18,7 @@ pub struct LoadedObject {
     pub base: usize,
     /// Path as the loader knows it; empty for the main program.
     pub name: String,
-    /// Copy of the program headers.
+    /// Copy of the program headers the crate reads (`PT_LOAD`, `PT_DYNAMIC`), in their order.
     pub phdrs: Vec<Elf64_Phdr>,
     /// Position in the loader's list (0 is the main program); [`Self::UNKNOWN_POSITION`]
     /// for an object described through its handle rather than found by a walk.
@@ -29,6 +29,12 @@ impl LoadedObject {
     /// The position of an object that was not found by walking the list (never the main
     /// program).
     pub const UNKNOWN_POSITION: usize = usize::MAX;
+
+    /// Whether a description keeps this program header: the others (notes, stack, EH frame,
+    /// …) are never read, and a big process has thousands of them to copy.
+    pub fn keeps(p: &Elf64_Phdr) -> bool {
+        p.p_type == PT_LOAD || p.p_type == PT_DYNAMIC
+    }
 
     /// Whether this is the loader's entry with this load bias and name. The loader's list may
     /// hold two objects at one bias (a `dlmopen` namespace, a reused address), so identity is
@@ -128,40 +134,36 @@ fn collect(c: &mut Collector, o: &Listed<'_>) -> ControlFlow<()> {
         };
     }
     let name = o.name();
-    let phnum = o.info.dlpi_phnum as usize;
+    let phdrs = o.program_headers();
     let fits = c.entries.len() < c.entries.capacity()
         && c.names.capacity() - c.names.len() >= name.len()
-        && c.phdrs.capacity() - c.phdrs.len() >= phnum;
+        && c.phdrs.capacity() - c.phdrs.len() >= phdrs.len();
     if !fits {
         c.overflow = true;
         return ControlFlow::Break(());
     }
+    let phdr_off = c.phdrs.len();
+    c.phdrs
+        .extend(phdrs.iter().filter(|p| LoadedObject::keeps(p)).copied());
     c.entries.push(RawEntry {
         base: o.info.dlpi_addr as usize,
         name_off: c.names.len(),
         name_len: name.len(),
-        phdr_off: c.phdrs.len(),
-        phnum,
+        phdr_off,
+        phnum: c.phdrs.len() - phdr_off,
     });
     c.names.extend_from_slice(name);
-    let phdrs = o.program_headers();
-    c.phdrs.extend_from_slice(phdrs);
-    // A missing array still takes its place (phnum entries).
-    c.phdrs
-        .resize(c.phdrs.len() + phnum - phdrs.len(), ZERO_PHDR);
     ControlFlow::Continue(())
 }
 
-const ZERO_PHDR: Elf64_Phdr = Elf64_Phdr {
-    p_type: 0,
-    p_flags: 0,
-    p_offset: 0,
-    p_vaddr: 0,
-    p_paddr: 0,
-    p_filesz: 0,
-    p_memsz: 0,
-    p_align: 0,
-};
+/// A path as text: paths are nearly always UTF-8, and validating is cheaper than the lossy
+/// conversion's scan.
+fn path_text(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    }
+}
 
 /// The loader's add/remove counters: a cheap "did anything change" test.
 pub fn counters() -> Counters {
@@ -207,8 +209,7 @@ pub fn snapshot() -> Snapshot {
             .map(|(position, e)| {
                 Arc::new(LoadedObject {
                     base: e.base,
-                    name: String::from_utf8_lossy(&c.names[e.name_off..e.name_off + e.name_len])
-                        .into_owned(),
+                    name: path_text(&c.names[e.name_off..e.name_off + e.name_len]),
                     phdrs: c.phdrs[e.phdr_off..e.phdr_off + e.phnum].to_vec(),
                     position,
                 })

@@ -12,7 +12,7 @@
 //! beforehand, and never allocates, locks or calls the loader.
 #![allow(unsafe_code)]
 
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::sync::Arc;
 
 use smallvec::SmallVec;
@@ -106,8 +106,26 @@ pub(crate) fn few<T>(items: impl Iterator<Item = T>) -> Few<T> {
     }
 }
 
-pub(crate) struct Batch {
-    pub objects: SmallVec<[Arc<ObjectIndex>; 1]>,
+/// What a batch holds for each object: something that names the object as the loader listed
+/// it. Patching holds object indexes; restoring slots at uninstall needs the objects alone.
+pub(crate) trait BatchObject {
+    fn loaded(&self) -> &LoadedObject;
+}
+
+impl BatchObject for Arc<ObjectIndex> {
+    fn loaded(&self) -> &LoadedObject {
+        &self.object
+    }
+}
+
+impl BatchObject for Arc<LoadedObject> {
+    fn loaded(&self) -> &LoadedObject {
+        self
+    }
+}
+
+pub(crate) struct Batch<O = Arc<ObjectIndex>> {
+    pub objects: SmallVec<[O; 1]>,
     /// A reference per object, taken lazily (for scope lookups, or when a walk could not
     /// vouch for the object); `Some(None)`: pinning failed, the object is gone.
     pins: SmallVec<[OnceCell<Option<Pin>>; 1]>,
@@ -115,22 +133,25 @@ pub(crate) struct Batch {
     subs: u64,
     /// Slot address → value read in [`Batch::read_values`], sorted by address.
     values: Few<(usize, usize)>,
+    /// Objects pinned by name so far (see [`Batch::take_pinned_by_name`]).
+    by_name: Cell<u64>,
 }
 
-impl Batch {
+impl<O: BatchObject> Batch<O> {
     /// Objects from a snapshot whose loader removal counter was `subs`; none pinned yet.
-    pub fn listed(objects: Vec<Arc<ObjectIndex>>, subs: u64) -> Batch {
+    pub fn listed(objects: Vec<O>, subs: u64) -> Batch<O> {
         let pins = objects.iter().map(|_| OnceCell::new()).collect();
         Batch {
             objects: SmallVec::from_vec(objects),
             pins,
             subs,
             values: Few::new(),
+            by_name: Cell::new(0),
         }
     }
 
     /// Objects from a snapshot, some already pinned (`pins[i]`).
-    pub fn with_pins(objects: Vec<Arc<ObjectIndex>>, pins: Vec<Option<Pin>>, subs: u64) -> Batch {
+    pub fn with_pins(objects: Vec<O>, pins: Vec<Option<Pin>>, subs: u64) -> Batch<O> {
         let mut batch = Batch::listed(objects, subs);
         for (cell, pin) in batch.pins.iter_mut().zip(pins) {
             if let Some(pin) = pin {
@@ -141,7 +162,7 @@ impl Batch {
     }
 
     /// One object with the pin its caller holds.
-    pub fn pinned(object: Arc<ObjectIndex>, pin: Pin) -> Batch {
+    pub fn pinned(object: O, pin: Pin) -> Batch<O> {
         let cell = OnceCell::new();
         let _ = cell.set(Some(pin));
         Batch {
@@ -149,6 +170,7 @@ impl Batch {
             pins: smallvec::smallvec![cell],
             subs: 0,
             values: Few::new(),
+            by_name: Cell::new(0),
         }
     }
 
@@ -159,8 +181,16 @@ impl Batch {
     /// A reference to object `i`, pinning it by name on first use; `None` when it is gone.
     pub fn pin(&self, i: usize) -> Option<&Pin> {
         self.pins[i]
-            .get_or_init(|| Pin::object(&self.objects[i].object))
+            .get_or_init(|| {
+                self.by_name.set(self.by_name.get() + 1);
+                Pin::object(self.objects[i].loaded())
+            })
             .as_ref()
+    }
+
+    /// How many objects this batch pinned by name since the last call (for the diagnostics).
+    pub fn take_pinned_by_name(&self) -> u64 {
+        self.by_name.replace(0)
     }
 
     fn has_pin(&self, i: usize) -> bool {
@@ -190,7 +220,7 @@ impl Batch {
                 work(i);
                 *d = true;
             } else if self.pins[i].get().is_none() {
-                listed.push(&self.objects[i].object);
+                listed.push(self.objects[i].loaded());
                 at.push(i);
             }
         }

@@ -75,6 +75,11 @@ pub struct Diagnostics {
     /// Loader events that found the engine busy for too long and were left to the running
     /// operation's catch-up scan.
     pub deferred_scans: u64,
+    /// Objects pinned by name (`dlopen` with `RTLD_NOLOAD`) because no walk of the loader's
+    /// list could vouch for them while they were read or written. Each such pin makes glibc
+    /// compare the name with every loaded object, so in a big process this count should stay
+    /// near zero: install, rescans and uninstall touch objects from inside walks.
+    pub pinned_by_name: u64,
 }
 
 pub(crate) fn push_bounded<T: PartialEq>(list: &mut Vec<T>, item: T) {
@@ -129,8 +134,13 @@ impl std::fmt::Display for Diagnostics {
         }
         writeln!(
             f,
-            "counters resolver_races={} objects_indexed={} rescans={} quick_scans={} deferred_scans={}",
-            self.resolver_races, self.objects_indexed, self.rescans, self.quick_scans, self.deferred_scans
+            "counters resolver_races={} objects_indexed={} rescans={} quick_scans={} deferred_scans={} pinned_by_name={}",
+            self.resolver_races,
+            self.objects_indexed,
+            self.rescans,
+            self.quick_scans,
+            self.deferred_scans,
+            self.pinned_by_name
         )
     }
 }
@@ -151,6 +161,7 @@ impl Diagnostics {
             rescans: 0,
             quick_scans: 0,
             deferred_scans: 0,
+            pinned_by_name: 0,
         }
     }
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use region::Protection;
 
 use crate::elf::{errno_of, ProtectionMap};
-use crate::{Error, Result};
+use crate::Error;
 
 /// What a compare-and-swap on a slot found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,19 +76,22 @@ impl LeftWritable {
 }
 
 /// Replace `expected` by `new` in the slot at `address`: make its page writable if it is not,
-/// swap atomically, and put the page's original protection back. Never makes a page W+X.
+/// swap atomically, and put the page's original protection back. Never makes a page W+X. The
+/// engine writes through [`compare_and_write_page`] (from inside loader walks); this one-slot
+/// form is what the page tests drive.
 ///
 /// # Safety
 /// `address` must be an aligned 8-byte GOT/data slot of an object that stays mapped during the
 /// call, and the caller must hold the engine's patch lock (two writers must never race on one
 /// page's protection).
+#[cfg(test)]
 pub unsafe fn compare_and_write(
     maps: &ProtectionMap,
     object: &str,
     address: usize,
     expected: usize,
     new: usize,
-) -> Result<SlotWrite> {
+) -> crate::Result<SlotWrite> {
     // SAFETY: forwarded from the caller; the one slot written is on the page opened.
     let written =
         unsafe { on_writable_page(maps, address, |page| page.swap(address, expected, new)) };

@@ -100,7 +100,7 @@ impl State {
         // yet) an original to look for. Found once, by hook, then object (the planning walks
         // them in that order): `work` holds (set id, hook, its range of `found`), `found`
         // (object, slot).
-        let mut work: Few<(u64, &Hook, Range<usize>)> = Few::new();
+        let mut work: Few<(u64, &Hook, u32, Range<usize>)> = Few::new();
         let mut found: Few<(usize, Slot)> = Few::new();
         if batch.objects.len() > 1 {
             // Many objects (an install): room for about a slot each, so extending rarely grows.
@@ -131,7 +131,7 @@ impl State {
                 let look_for_original =
                     hook.original.get() == 0 && (!new_objects || defines.may_hold(hash));
                 if found.len() > start || look_for_original {
-                    work.push((*id, hook, start..found.len()));
+                    work.push((*id, hook, hash, start..found.len()));
                 }
             }
         }
@@ -144,19 +144,32 @@ impl State {
             );
         }
         let mut plans = Few::new();
-        for (id, hook, own) in work {
-            self.plan_hook(id, hook, &found[own], batch, &mut plans);
+        // The hooks that planned writes so far, by name hash: a hook of another set on the same
+        // symbol (a stack) is rare, and looking for one among thousands of plans for each of
+        // ≈ 80 hooks was most of an install's string comparisons.
+        let mut planned = NameFilter::EMPTY;
+        for (id, hook, hash, own) in work {
+            let before = plans.len();
+            let may_stack = planned.may_hold(hash);
+            self.plan_hook(id, hook, &found[own], batch, may_stack, &mut plans);
+            if plans.len() > before {
+                planned = planned | NameFilter::of(hash);
+            }
         }
-        self.write(plans, batch)
+        let written = self.write(plans, batch);
+        self.diag.pinned_by_name += batch.take_pinned_by_name();
+        written
     }
 
-    /// Plan the writes of one hook's slots (`found`: this hook's (object, slot)).
+    /// Plan the writes of one hook's slots (`found`: this hook's (object, slot)); `may_stack`:
+    /// an earlier hook with a name of the same hash planned writes in this batch.
     fn plan_hook<'h>(
         &mut self,
         set_id: u64,
         hook: &'h Hook,
         found: &[(usize, Slot)],
         batch: &Batch,
+        may_stack: bool,
         plans: &mut Few<Plan<'h>>,
     ) {
         let symbol = hook.symbol();
@@ -181,7 +194,7 @@ impl State {
             original = self.top_of_stack(set_id, hook, original);
         }
         let first = plans.len();
-        let stacked = plans.iter().any(|p| p.hook.symbol() == symbol);
+        let stacked = may_stack && plans.iter().any(|p| p.hook.symbol() == symbol);
         for &(i, slot) in found {
             let idx = &batch.objects[i];
             if self.journal.contains(set_id, slot.address) {

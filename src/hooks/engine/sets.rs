@@ -4,12 +4,12 @@
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::Arc;
 
-use crate::elf::{self};
-use crate::patch::{compare_and_write, ProtectionMap, SlotWrite};
+use crate::elf::{self, LoadedObject};
+use crate::patch::{ProtectionMap, SlotWrite};
 use crate::Result;
 
+use crate::hooks::batch::Batch;
 use crate::hooks::diagnostics::{push_bounded, ForeignSlot};
-use crate::hooks::loader::Pin;
 use crate::hooks::set::{Hook, HookSet};
 
 use super::{InstalledSet, State, UninstallReport};
@@ -99,6 +99,10 @@ impl State {
     }
 
     /// Put back every slot journaled for `set_id` (compare-and-swap), in objects still loaded.
+    /// The objects are touched as a patch touches them (`Batch::write`): from inside one walk
+    /// of the loader's list, and pinned by name only when the walk cannot vouch for them;
+    /// pinning each by name would make glibc compare its name with every loaded object, O(N²)
+    /// for an uninstall from N objects.
     pub(super) fn restore(&mut self, set_id: u64) -> Result<UninstallReport> {
         self.dirty = true;
         let entries = self.journal.take_set(set_id);
@@ -108,26 +112,26 @@ impl State {
             .iter()
             .map(|o| (o.base, o.name.as_str()))
             .collect();
-        // One pin per object (entries share their object's `Arc`); `None`: gone or unpinnable.
-        let mut pins: HashMap<usize, Option<Pin>> = HashMap::default();
         let mut report = UninstallReport::default();
-        let mut writable = Vec::new();
+        // Each loaded object once (entries share their object's `Arc`), and each entry's write:
+        // (object, address, expected: our replacement, new: what the slot held before).
+        let mut objects: Vec<Arc<LoadedObject>> = Vec::new();
+        let mut position: HashMap<usize, usize> = HashMap::default();
+        let mut writable = Vec::with_capacity(entries.len());
+        let mut writes = Vec::with_capacity(entries.len());
         for e in entries {
-            let pinned = pins
+            if !loaded.contains(&(e.object.base, e.object.name.as_str())) {
+                report.gone += 1;
+                continue;
+            }
+            let i = *position
                 .entry(Arc::as_ptr(&e.object) as usize)
                 .or_insert_with(|| {
-                    if loaded.contains(&(e.object.base, e.object.name.as_str())) {
-                        Pin::object(&e.object)
-                    } else {
-                        None
-                    }
-                })
-                .is_some();
-            if pinned {
-                writable.push(e);
-            } else {
-                report.gone += 1;
-            }
+                    objects.push(e.object.clone());
+                    objects.len() - 1
+                });
+            writes.push((i, e.address, e.new, e.old));
+            writable.push(e);
         }
         let maps = match ProtectionMap::for_addresses(writable.iter().map(|e| e.address)) {
             Ok(m) => m,
@@ -139,34 +143,43 @@ impl State {
                 return Err(e);
             }
         };
-        for e in writable {
-            // SAFETY: the object is pinned and the slot was an aligned GOT slot when we patched
-            // it; we hold the patch lock.
-            #[allow(unsafe_code)]
-            let outcome = unsafe {
-                compare_and_write(&maps, e.object.display_name(), e.address, e.new, e.old)
-            };
+        let batch = Batch::listed(objects, snap.counters.subs);
+        let outcomes = batch.write(&maps, &writes);
+        self.diag.pinned_by_name += batch.take_pinned_by_name();
+        for (e, outcome) in writable.into_iter().zip(outcomes) {
+            let name = e.object.display_name();
             match outcome {
+                // Unloaded since the snapshot, or it could not be pinned.
+                None => report.gone += 1,
                 // One slot failing must not strand the others: report it and go on.
-                Err(err) => {
-                    push_bounded(&mut self.diag.unreadable, err.to_string());
+                Some(Err(f)) => {
+                    push_bounded(
+                        &mut self.diag.unreadable,
+                        f.into_error(name, e.address).to_string(),
+                    );
                     report.failed += 1;
                 }
-                Ok(SlotWrite::Written { .. }) => report.restored += 1,
-                Ok(SlotWrite::Mismatch { actual }) => {
-                    let f = ForeignSlot {
-                        object: e.object.display_name().to_owned(),
-                        symbol: e.symbol.to_string(),
-                        address: e.address,
-                        found: actual,
-                        ours: e.new,
-                    };
-                    push_bounded(&mut self.diag.foreign, f.clone());
-                    report.foreign.push(f);
+                Some(Ok((found, restored))) => {
+                    if let Err(left) = restored {
+                        left.log(name, e.address);
+                    }
+                    match found {
+                        SlotWrite::Written { .. } => report.restored += 1,
+                        SlotWrite::Mismatch { actual } => {
+                            let f = ForeignSlot {
+                                object: name.to_owned(),
+                                symbol: e.symbol.to_string(),
+                                address: e.address,
+                                found: actual,
+                                ours: e.new,
+                            };
+                            push_bounded(&mut self.diag.foreign, f.clone());
+                            report.foreign.push(f);
+                        }
+                    }
                 }
             }
         }
-        drop(pins);
         Ok(report)
     }
 }
