@@ -389,3 +389,51 @@ fn install_and_uninstall_never_pin_objects_by_name() {
         assert_eq!(CALLS.load(Ordering::Relaxed), n, "a slot still hooked");
     }
 }
+
+/// The word that tells a patch whether it must look at a `JUMP_SLOT` once more after writing
+/// it (a thread inside the lazy-binding resolver could write the resolved function over the
+/// hook): the third word of the PLT's GOT, where glibc puts its resolver only when it binds the
+/// object lazily. A library opened `RTLD_LAZY` has it set; one opened `RTLD_NOW`, or linked
+/// `-z now`, does not. Runs in a child process of its own (the libraries must be loaded here
+/// first, with these modes).
+#[test]
+fn the_lazy_resolver_word_tells_lazy_binding_apart() {
+    use std::ffi::CString;
+
+    if std::env::var_os("CUHOOK_TEST_RESOLVER_WORD").is_none() {
+        common::rerun_in_child(
+            "the_lazy_resolver_word_tells_lazy_binding_apart",
+            "CUHOOK_TEST_RESOLVER_WORD",
+            "1",
+        );
+        return;
+    }
+    let bind_now = std::env::var_os("LD_BIND_NOW").is_some_and(|v| !v.is_empty());
+    let dir = common::fixtures_dir();
+    // (library, dlopen mode, bound lazily)
+    let cases = [
+        ("libcaller_lazy.so", libc::RTLD_LAZY, !bind_now),
+        ("libmany_01.so", libc::RTLD_LAZY, !bind_now),
+        ("libmany_00.so", libc::RTLD_NOW, false),
+        ("libcaller_now.so", libc::RTLD_LAZY, false),
+    ];
+    for (lib, mode, lazy) in cases {
+        let path = CString::new(dir.join(lib).to_str().unwrap()).unwrap();
+        // SAFETY: fixture libraries built by build.rs, kept loaded for the process.
+        let h = unsafe { libc::dlopen(path.as_ptr(), mode) };
+        assert!(!h.is_null(), "{lib}");
+        let object = cuhook::elf::snapshot()
+            .objects
+            .into_iter()
+            .find(|o| o.name.ends_with(lib))
+            .expect("listed");
+        let index = cuhook::elf::ObjectIndex::build(object, None).unwrap();
+        let word = index
+            .lazy_resolver_word()
+            .expect("a PLT GOT inside the object");
+        // SAFETY: an aligned word inside the object's loaded segments (the index checked it);
+        // the object stays loaded (its handle is never closed).
+        let value = unsafe { std::ptr::read_volatile(word as *const usize) };
+        assert_eq!(value != 0, lazy, "{lib}: resolver word {value:#x}");
+    }
+}

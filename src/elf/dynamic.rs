@@ -3,9 +3,9 @@
 
 use goblin::elf::dynamic::{
     DF_TEXTREL, DT_FLAGS, DT_GNU_HASH, DT_HASH, DT_INIT, DT_INIT_ARRAYSZ, DT_JMPREL, DT_NULL,
-    DT_PLTREL, DT_PLTRELSZ, DT_REL, DT_RELA, DT_RELACOUNT, DT_RELAENT, DT_RELASZ, DT_RELCOUNT,
-    DT_RELENT, DT_RELSZ, DT_STRSZ, DT_STRTAB, DT_SYMENT, DT_SYMTAB, DT_TEXTREL, DT_VERDEF,
-    DT_VERDEFNUM, DT_VERNEED, DT_VERNEEDNUM, DT_VERSYM,
+    DT_PLTGOT, DT_PLTREL, DT_PLTRELSZ, DT_REL, DT_RELA, DT_RELACOUNT, DT_RELAENT, DT_RELASZ,
+    DT_RELCOUNT, DT_RELENT, DT_RELSZ, DT_STRSZ, DT_STRTAB, DT_SYMENT, DT_SYMTAB, DT_TEXTREL,
+    DT_VERDEF, DT_VERDEFNUM, DT_VERNEED, DT_VERNEEDNUM, DT_VERSYM,
 };
 use goblin::elf64::dynamic::Dyn;
 use libc::PT_DYNAMIC;
@@ -47,6 +47,9 @@ pub struct DynamicTables {
     /// The loader writes relocations into the object's code (`DT_TEXTREL`, or `DF_TEXTREL` in
     /// `DT_FLAGS`).
     pub text_relocations: bool,
+    /// `DT_PLTGOT`, when it lies inside the object: the GOT whose third word the loader points
+    /// at its lazy-binding resolver if, and only if, it binds the object's PLT slots lazily.
+    pub pltgot: Option<usize>,
 }
 
 /// The relocation tables of one object (at most three), held inline: the dynamic section is
@@ -104,7 +107,7 @@ impl DynamicTables {
         let (mut verneed, mut verneednum, mut verdef, mut verdefnum) = (None, 0usize, None, 0usize);
         let (mut strtab, mut symtab) = (None, None);
         let (mut relacount, mut relcount) = (0, 0);
-        let (mut gnu_hash, mut hash) = (None, None);
+        let (mut gnu_hash, mut hash, mut pltgot) = (None, None, None);
         for i in 0..MAX_DYN {
             let d: Dyn = img
                 .read(dyn_addr.wrapping_add(i * std::mem::size_of::<Dyn>()))
@@ -125,6 +128,7 @@ impl DynamicTables {
                 DT_RELACOUNT => relacount = v,
                 DT_RELCOUNT => relcount = v,
                 DT_JMPREL => jmprel = Some(v),
+                DT_PLTGOT => pltgot = Some(v),
                 DT_PLTRELSZ => pltrelsz = v,
                 DT_PLTREL => pltrel = d.d_val,
                 DT_VERSYM => t.versym = Some(v),
@@ -147,6 +151,8 @@ impl DynamicTables {
                 Some(v) => absolute(obj, v).map(Some).ok_or_else(|| bad(what)),
             }
         };
+        // Not an error when it points elsewhere: the object then counts as bound lazily.
+        t.pltgot = pltgot.and_then(|v| absolute(obj, v));
         let (Some(strtab), Some(symtab)) = (
             fix(strtab, "DT_STRTAB points outside the object")?,
             fix(symtab, "DT_SYMTAB points outside the object")?,

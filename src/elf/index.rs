@@ -95,6 +95,8 @@ pub struct ObjectIndex {
     /// Relocations of wanted symbols that the loader wrote into the object's code
     /// (`DT_TEXTREL`). Code is never made writable, so calls made through them are not seen.
     pub text_references: usize,
+    /// See [`ObjectIndex::lazy_resolver_word`].
+    resolver_word: Option<usize>,
     entries: Vec<NamedSlot>,
     arena: Vec<u8>,
 }
@@ -169,6 +171,7 @@ impl IndexRoom {
 #[derive(Debug, Clone)]
 pub struct Indexed {
     has_constructors: bool,
+    resolver_word: Option<usize>,
     defines: NameFilter,
     text_references: usize,
     entries: std::ops::Range<usize>,
@@ -266,9 +269,19 @@ impl ObjectIndex {
             defines: part.defines,
             imports,
             text_references: part.text_references,
+            resolver_word: part.resolver_word,
             entries,
             arena,
         }
+    }
+
+    /// The address of the word (the third of the PLT's GOT) where glibc's loader puts its
+    /// lazy-binding resolver when it binds the object's `JUMP_SLOT`s lazily, on x86-64 and
+    /// aarch64 alike. Zero there means the loader bound every slot at load time (`RTLD_NOW`,
+    /// `DF_BIND_NOW`, `LD_BIND_NOW`): no thread can be inside the resolver for one of them.
+    /// `None` when the object has no such word inside it; then assume lazy binding.
+    pub fn lazy_resolver_word(&self) -> Option<usize> {
+        self.resolver_word
     }
 
     /// Every slot of `symbol`; with `version`, only imports of exactly that version.
@@ -398,6 +411,7 @@ fn index_tables(
 ) -> std::result::Result<Indexed, IndexFailure> {
     let mut part = Indexed {
         has_constructors: false,
+        resolver_word: None,
         defines: NameFilter::EMPTY,
         text_references: 0,
         entries: 0..0,
@@ -421,6 +435,13 @@ fn index_tables(
         return Ok(finish(part, entries, arena));
     };
     part.has_constructors = tables.has_constructors;
+    part.resolver_word = tables
+        .pltgot
+        .and_then(|got| got.checked_add(2 * std::mem::size_of::<usize>()))
+        .filter(|&w| {
+            w.is_multiple_of(std::mem::align_of::<usize>())
+                && object.contains_range(w, std::mem::size_of::<usize>())
+        });
     if tables.symtab == 0 {
         return Ok(finish(part, entries, arena));
     }

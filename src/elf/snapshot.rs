@@ -18,7 +18,8 @@ pub struct LoadedObject {
     pub base: usize,
     /// Path as the loader knows it; empty for the main program.
     pub name: String,
-    /// Copy of the program headers the crate reads (`PT_LOAD`, `PT_DYNAMIC`), in their order.
+    /// Copy of the program headers, in their order: at least those the crate reads (`PT_LOAD`,
+    /// `PT_DYNAMIC`; a snapshot keeps only these).
     pub phdrs: Vec<Elf64_Phdr>,
     /// Position in the loader's list (0 is the main program); [`Self::UNKNOWN_POSITION`]
     /// for an object described through its handle rather than found by a walk.
@@ -29,12 +30,6 @@ impl LoadedObject {
     /// The position of an object that was not found by walking the list (never the main
     /// program).
     pub const UNKNOWN_POSITION: usize = usize::MAX;
-
-    /// Whether a description keeps this program header: the others (notes, stack, EH frame,
-    /// …) are never read, and a big process has thousands of them to copy.
-    pub fn keeps(p: &Elf64_Phdr) -> bool {
-        p.p_type == PT_LOAD || p.p_type == PT_DYNAMIC
-    }
 
     /// Whether this is the loader's entry with this load bias and name. The loader's list may
     /// hold two objects at one bias (a `dlmopen` namespace, a reused address), so identity is
@@ -143,8 +138,7 @@ fn collect(c: &mut Collector, o: &Listed<'_>) -> ControlFlow<()> {
         return ControlFlow::Break(());
     }
     let phdr_off = c.phdrs.len();
-    c.phdrs
-        .extend(phdrs.iter().filter(|p| LoadedObject::keeps(p)).copied());
+    c.phdrs.extend(phdrs.iter().filter(|p| kept(p)).copied());
     c.entries.push(RawEntry {
         base: o.info.dlpi_addr as usize,
         name_off: c.names.len(),
@@ -154,6 +148,12 @@ fn collect(c: &mut Collector, o: &Listed<'_>) -> ControlFlow<()> {
     });
     c.names.extend_from_slice(name);
     ControlFlow::Continue(())
+}
+
+/// Whether a snapshot keeps this program header: the others (notes, stack, EH frame, …) are
+/// never read, and a big process has thousands of them to copy.
+fn kept(p: &Elf64_Phdr) -> bool {
+    p.p_type == PT_LOAD || p.p_type == PT_DYNAMIC
 }
 
 /// A path as text: paths are nearly always UTF-8, and validating is cheaper than the lossy

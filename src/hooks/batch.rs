@@ -131,8 +131,6 @@ pub(crate) struct Batch<O = Arc<ObjectIndex>> {
     pins: SmallVec<[OnceCell<Option<Pin>>; 1]>,
     /// Loader removals at the snapshot the objects come from.
     subs: u64,
-    /// Slot address → value read in [`Batch::read_values`], sorted by address.
-    values: Few<(usize, usize)>,
     /// Objects pinned by name so far (see [`Batch::take_pinned_by_name`]).
     by_name: Cell<u64>,
 }
@@ -145,7 +143,6 @@ impl<O: BatchObject> Batch<O> {
             objects: SmallVec::from_vec(objects),
             pins,
             subs,
-            values: Few::new(),
             by_name: Cell::new(0),
         }
     }
@@ -169,7 +166,6 @@ impl<O: BatchObject> Batch<O> {
             objects: smallvec::smallvec![object],
             pins: smallvec::smallvec![cell],
             subs: 0,
-            values: Few::new(),
             by_name: Cell::new(0),
         }
     }
@@ -239,44 +235,22 @@ impl<O: BatchObject> Batch<O> {
         done
     }
 
-    /// Read the current value of every given slot (`(object, address)`; reordered here).
-    /// Returns the objects that could not be read (gone).
-    pub fn read_values(&mut self, slots: &mut Few<(usize, usize)>) -> Few<usize> {
-        slots.sort_unstable();
-        slots.dedup();
-        let mut values: Few<usize> = smallvec::smallvec![0; slots.len()];
-        let mut needed: Few<bool> = smallvec::smallvec![false; self.objects.len()];
-        for s in slots.iter() {
-            needed[s.0] = true;
-        }
+    /// Read the current value of every given slot (`(object, address)`), in the order given:
+    /// `None` for a slot whose object could not be read (gone). Also returns those objects.
+    pub fn read_values(&self, slots: &[(usize, usize)]) -> (Few<Option<usize>>, Few<usize>) {
+        let n = self.objects.len();
+        let (starts, order) = by_object(slots.iter().map(|s| s.0), n);
+        let needed = few((0..n).map(|i| starts[i] < starts[i + 1]));
+        let mut values: Few<Option<usize>> = smallvec::smallvec![None; slots.len()];
         let done = self.touch(&needed, &mut |i| {
-            let from = slots.partition_point(|s| s.0 < i);
-            let to = slots.partition_point(|s| s.0 <= i);
-            for (s, v) in slots[from..to].iter().zip(&mut values[from..to]) {
+            for &k in &order[starts[i]..starts[i + 1]] {
                 // SAFETY: a slot the index validated (aligned, inside the object), read while
                 // the object is pinned or listed under the loader's lock.
-                *v = unsafe { read_slot(s.1) };
+                values[k] = Some(unsafe { read_slot(slots[k].1) });
             }
         });
-        self.values.extend(
-            slots
-                .iter()
-                .zip(&values)
-                .filter(|(s, _)| done[s.0])
-                .map(|(s, &v)| (s.1, v)),
-        );
-        self.values.sort_unstable();
-        (0..self.objects.len())
-            .filter(|&i| needed[i] && !done[i])
-            .collect()
-    }
-
-    /// The value read for `address`, if its object could be read.
-    pub fn value(&self, address: usize) -> Option<usize> {
-        self.values
-            .binary_search_by_key(&address, |v| v.0)
-            .ok()
-            .map(|k| self.values[k].1)
+        let gone = (0..n).filter(|&i| needed[i] && !done[i]).collect();
+        (values, gone)
     }
 
     /// Compare-and-write each `(object, address, expected, new)`; `None` for writes whose
@@ -338,29 +312,44 @@ impl<O: BatchObject> Batch<O> {
 }
 
 /// The order to make `writes` (`(object, address, expected, new)`, objects below `objects`)
-/// in: by object (a counting sort: `order[starts[i]..starts[i + 1]]` are object i's), each
-/// object's by address, so that slots on one page follow each other. Writes to one address
-/// (stacked sets on one slot) keep their plan order: the lower set's write comes first, and the
-/// next one expects its value.
+/// in: by object (`order[starts[i]..starts[i + 1]]` are object i's), each object's by address,
+/// so that slots on one page follow each other. Writes to one address (stacked sets on one
+/// slot) keep their plan order: the lower set's write comes first, and the next one expects
+/// its value.
 fn write_order(
     writes: &[(usize, usize, usize, usize)],
     objects: usize,
 ) -> (Few<usize>, Few<usize>) {
-    let mut starts: Few<usize> = smallvec::smallvec![0; objects + 1];
-    for w in writes {
-        starts[w.0 + 1] += 1;
-    }
+    let (starts, mut order) = by_object(writes.iter().map(|w| w.0), objects);
     for i in 0..objects {
+        let run = &mut order[starts[i]..starts[i + 1]];
+        if run.len() > 1 {
+            run.sort_unstable_by_key(|&k| (writes[k].1, k));
+        }
+    }
+    (starts, order)
+}
+
+/// Group items by object with a counting sort (`objects` are the item's objects, all below
+/// `count`): `order[starts[i]..starts[i + 1]]` are object i's items, in their given order.
+fn by_object(
+    objects: impl Iterator<Item = usize> + Clone,
+    count: usize,
+) -> (Few<usize>, Few<usize>) {
+    let mut starts: Few<usize> = smallvec::smallvec![0; count + 1];
+    let mut items = 0;
+    for o in objects.clone() {
+        starts[o + 1] += 1;
+        items += 1;
+    }
+    for i in 0..count {
         starts[i + 1] += starts[i];
     }
-    let mut order: Few<usize> = smallvec::smallvec![0; writes.len()];
+    let mut order: Few<usize> = smallvec::smallvec![0; items];
     let mut next = starts.clone();
-    for (k, w) in writes.iter().enumerate() {
-        order[next[w.0]] = k;
-        next[w.0] += 1;
-    }
-    for i in 0..objects {
-        order[starts[i]..starts[i + 1]].sort_unstable_by_key(|&k| (writes[k].1, k));
+    for (k, o) in objects.enumerate() {
+        order[next[o]] = k;
+        next[o] += 1;
     }
     (starts, order)
 }

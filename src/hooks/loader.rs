@@ -69,10 +69,9 @@ impl Pin {
         }
         // SAFETY: the pin keeps the handle live.
         let map = unsafe { dl::link_map(self.handle) }?;
-        // SAFETY: the pin keeps the handle live while the program headers are copied.
-        let all = unsafe { dl::program_headers(self.handle) }?;
-        let mut phdrs = Vec::with_capacity(all.len());
-        phdrs.extend(all.iter().filter(|p| LoadedObject::keeps(p)).copied());
+        // SAFETY: the pin keeps the handle live while the program headers are copied (all of
+        // them: one copy costs less than picking the few a snapshot keeps).
+        let phdrs = unsafe { dl::program_headers(self.handle) }?.to_vec();
         // SAFETY: the pin keeps the object, hence its link map, live.
         let (base, name) = unsafe { dl::map_base_and_name(map) };
         let obj = LoadedObject {

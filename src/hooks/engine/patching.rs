@@ -5,7 +5,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::elf::{NameFilter, ObjectIndex, Slot};
+use crate::elf::{NameFilter, ObjectIndex, RelocKind, Slot};
 use crate::patch::{JournalEntry, ProtectionMap, SlotWrite};
 
 use crate::hooks::batch::{few, Batch, Few};
@@ -135,41 +135,63 @@ impl State {
                 }
             }
         }
-        // Every slot value the plans need, read in one pass.
+        // Every slot value the plans need, read in one pass (in `found`'s order), then the
+        // lazy-resolver word of each object with a `JUMP_SLOT` to write (see `recheck`).
         let mut slots = few(found.iter().map(|f| (f.0, f.1.address)));
-        for i in batch.read_values(&mut slots) {
+        let mut words: Few<(usize, usize)> = Few::new();
+        let mut asked: Few<bool> = smallvec::smallvec![false; batch.objects.len()];
+        for &(i, slot) in found.iter() {
+            if slot.kind == RelocKind::JumpSlot && !asked[i] {
+                asked[i] = true;
+                if let Some(word) = batch.objects[i].lazy_resolver_word() {
+                    words.push((i, word));
+                }
+            }
+        }
+        slots.extend_from_slice(&words);
+        let (values, gone) = batch.read_values(&slots);
+        for i in gone {
             push_name_bounded(
                 &mut self.diag.unpinnable,
                 batch.objects[i].object.display_name(),
             );
         }
-        let mut plans = Few::new();
+        // Objects whose loader bound every slot at load time.
+        let mut bound_at_load: Few<bool> = smallvec::smallvec![false; batch.objects.len()];
+        for (w, v) in words.iter().zip(&values[found.len()..]) {
+            bound_at_load[w.0] = *v == Some(0);
+        }
+        let mut plans: Few<Plan> = Few::new();
         // The hooks that planned writes so far, by name hash: a hook of another set on the same
         // symbol (a stack) is rare, and looking for one among thousands of plans for each of
         // ≈ 80 hooks was most of an install's string comparisons.
         let mut planned = NameFilter::EMPTY;
         for (id, hook, hash, own) in work {
             let before = plans.len();
-            let may_stack = planned.may_hold(hash);
-            self.plan_hook(id, hook, &found[own], batch, may_stack, &mut plans);
+            // A lower set of a stack planned this symbol's slots already.
+            let stacked =
+                planned.may_hold(hash) && plans.iter().any(|p| p.hook.symbol() == hook.symbol());
+            let slots = (&found[own.clone()], &values[own]);
+            self.plan_hook(id, hook, slots, batch, stacked, &mut plans);
             if plans.len() > before {
                 planned = planned | NameFilter::of(hash);
             }
         }
-        let written = self.write(plans, batch);
+        let written = self.write(plans, batch, &bound_at_load);
         self.diag.pinned_by_name += batch.take_pinned_by_name();
         written
     }
 
-    /// Plan the writes of one hook's slots (`found`: this hook's (object, slot)); `may_stack`:
-    /// an earlier hook with a name of the same hash planned writes in this batch.
+    /// Plan the writes of one hook's slots (`found`: this hook's (object, slot), `values`: what
+    /// each held when read, `None` if its object could not be read); `stacked`: a set below
+    /// this one in a stack planned writes to this symbol's slots in this batch.
     fn plan_hook<'h>(
         &mut self,
         set_id: u64,
         hook: &'h Hook,
-        found: &[(usize, Slot)],
+        (found, values): (&[(usize, Slot)], &[Option<usize>]),
         batch: &Batch,
-        may_stack: bool,
+        stacked: bool,
         plans: &mut Few<Plan<'h>>,
     ) {
         let symbol = hook.symbol();
@@ -194,8 +216,7 @@ impl State {
             original = self.top_of_stack(set_id, hook, original);
         }
         let first = plans.len();
-        let stacked = may_stack && plans.iter().any(|p| p.hook.symbol() == symbol);
-        for &(i, slot) in found {
+        for (&(i, slot), &read) in found.iter().zip(values) {
             let idx = &batch.objects[i];
             if self.journal.contains(set_id, slot.address) {
                 continue;
@@ -211,7 +232,7 @@ impl State {
             } else {
                 None
             };
-            let Some(value) = planned.or_else(|| batch.value(slot.address)) else {
+            let Some(value) = planned.or(read) else {
                 continue;
             };
             if value == hook.replacement {
@@ -251,7 +272,8 @@ impl State {
         }
     }
 
-    fn write(&mut self, plans: Few<Plan>, batch: &Batch) -> usize {
+    /// Write the plans' slots; `bound_at_load[i]`: object i has no lazy binding to race with.
+    fn write(&mut self, plans: Few<Plan>, batch: &Batch, bound_at_load: &[bool]) -> usize {
         let maps = match ProtectionMap::for_addresses(plans.iter().map(|p| p.slot.address)) {
             Ok(m) => m,
             Err(e) => {
@@ -317,20 +339,33 @@ impl State {
                 break;
             }
         }
-        self.recheck(&plans, &fresh, batch, &maps);
+        self.recheck(&plans, &fresh, batch, &maps, bound_at_load);
         fresh.len()
     }
 
     /// A thread already inside the lazy-binding resolver for a slot we just patched writes the
     /// resolved function over our hook when it finishes. Look at the slots of this batch once
     /// more and patch again any that now hold exactly their original.
-    fn recheck(&mut self, plans: &[Plan], fresh: &[usize], batch: &Batch, maps: &ProtectionMap) {
+    fn recheck(
+        &mut self,
+        plans: &[Plan],
+        fresh: &[usize],
+        batch: &Batch,
+        maps: &ProtectionMap,
+        bound_at_load: &[bool],
+    ) {
         if fresh.is_empty() {
             return;
         }
-        // The original each slot would hold if a resolver overwrote our hook.
+        // The original each slot would hold if a resolver overwrote our hook. Only a
+        // `JUMP_SLOT` is bound lazily, and only in an object whose resolver word the loader
+        // set (a new library opened `RTLD_NOW`, Python's default, has none: nothing to look at).
         let writes: Few<(usize, usize, usize, usize)> = few(fresh
             .iter()
+            .filter(|&&k| {
+                let p = &plans[k];
+                p.slot.kind == RelocKind::JumpSlot && !bound_at_load[p.object]
+            })
             .map(|&k| {
                 let p = &plans[k];
                 (
@@ -341,6 +376,9 @@ impl State {
                 )
             })
             .filter(|w| w.2 != 0));
+        if writes.is_empty() {
+            return;
+        }
         // A compare-and-write of original → hook: writes only where the original is back.
         for (w, outcome) in writes.iter().zip(batch.write(maps, &writes)) {
             if let Some(Ok((found, restored))) = outcome {
