@@ -133,6 +133,8 @@ pub(crate) struct Batch<O = Arc<ObjectIndex>> {
     subs: u64,
     /// Objects pinned by name so far (see [`Batch::take_pinned_by_name`]).
     by_name: Cell<u64>,
+    /// The objects that may define hooked functions (see [`Batch::definers`]), found once.
+    definers: OnceCell<Few<usize>>,
 }
 
 impl<O: BatchObject> Batch<O> {
@@ -144,6 +146,7 @@ impl<O: BatchObject> Batch<O> {
             pins,
             subs,
             by_name: Cell::new(0),
+            definers: OnceCell::new(),
         }
     }
 
@@ -167,6 +170,7 @@ impl<O: BatchObject> Batch<O> {
             pins: smallvec::smallvec![cell],
             subs: 0,
             by_name: Cell::new(0),
+            definers: OnceCell::new(),
         }
     }
 
@@ -308,6 +312,22 @@ impl<O: BatchObject> Batch<O> {
             }
         });
         outcomes
+    }
+}
+
+impl Batch<Arc<ObjectIndex>> {
+    /// The objects (other than the main program) that define some wanted name: where a hook's
+    /// original can be found when the global scope does not have it. Usually a handful among
+    /// thousands, so each hook's search looks at these alone.
+    pub fn definers(&self) -> &[usize] {
+        self.definers.get_or_init(|| {
+            (0..self.objects.len())
+                .filter(|&i| {
+                    let o = &self.objects[i];
+                    o.defines_wanted() && o.object.position != 0
+                })
+                .collect()
+        })
     }
 }
 

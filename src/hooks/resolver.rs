@@ -55,12 +55,10 @@ impl<'a> Resolver<'a> {
     /// The first definition found in the scope of a batch object that may define the symbol
     /// (pinned on demand; usually one or two objects), skipping canonical PLT entries.
     pub fn in_definers(&self, version: Option<&CStr>) -> usize {
-        (0..self.batch.objects.len())
-            .filter(|&i| {
-                let o = &self.batch.objects[i];
-                o.defines_wanted() && o.object.position != 0
-            })
-            .filter_map(|i| self.batch.pin(i))
+        self.batch
+            .definers()
+            .iter()
+            .filter_map(|&i| self.batch.pin(i))
             .map(|p| p.lookup(self.symbol, version))
             .find(|&a| a != 0 && !self.canonical.contains(&a))
             .unwrap_or(0)

@@ -67,6 +67,18 @@ impl Journal {
         }
     }
 
+    /// Make room for `more` entries at once (an install records thousands: growing the
+    /// indexes step by step rehashes them again and again).
+    pub fn reserve(&mut self, more: usize) {
+        self.entries.reserve(more);
+        self.by_slot
+            .get_or_insert_with(HashMap::default)
+            .reserve(more);
+        self.by_object
+            .get_or_insert_with(HashMap::default)
+            .reserve(more);
+    }
+
     pub fn record(&mut self, e: JournalEntry) {
         let seq = self.mark();
         self.index(seq, &e);

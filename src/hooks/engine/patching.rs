@@ -281,6 +281,9 @@ impl State {
                 return 0;
             }
         };
+        if plans.len() > 8 {
+            self.journal.reserve(plans.len());
+        }
         let mut expected = few(plans.iter().map(|p| p.expected));
         let mut pending = few(0..plans.len());
         let mut fresh = Few::new();
