@@ -80,6 +80,8 @@ pub struct Slot {
 struct NamedSlot {
     name: (u32, u32),
     version: Option<(u32, u32)>,
+    /// The name's GNU hash (filled in by [`ObjectIndex::from_room`]).
+    hash: u32,
     slot: Slot,
 }
 
@@ -89,9 +91,8 @@ pub struct ObjectIndex {
     pub object: Arc<LoadedObject>,
     /// Constructors ran before anyone could patch this object (if it was loaded late).
     pub has_constructors: bool,
-    /// Which wanted names it may define, and which its slots import.
+    /// Which wanted names it may define.
     defines: NameFilter,
-    imports: NameFilter,
     /// Relocations of wanted symbols that the loader wrote into the object's code
     /// (`DT_TEXTREL`). Code is never made writable, so calls made through them are not seen.
     pub text_references: usize,
@@ -248,26 +249,25 @@ impl ObjectIndex {
     pub fn from_room(object: Arc<LoadedObject>, room: &IndexRoom, part: &Indexed) -> ObjectIndex {
         let shift = part.arena.start as u32;
         let rebase = |(off, len): (u32, u32)| (off - shift, len);
+        let arena = room.arena[part.arena.clone()].to_vec();
         let mut entries: Vec<NamedSlot> = room.entries[part.entries.clone()]
             .iter()
-            .map(|e| NamedSlot {
-                name: rebase(e.name),
-                version: e.version.map(rebase),
-                slot: e.slot,
+            .map(|e| {
+                let name = rebase(e.name);
+                NamedSlot {
+                    name,
+                    version: e.version.map(rebase),
+                    hash: gnu_hash(name_of(&arena, name)),
+                    slot: e.slot,
+                }
             })
             .collect();
         // DT_RELA may cover DT_JMPREL on some linkers: keep each slot once.
         entries.dedup_by_key(|e| e.slot.address);
-        let arena = room.arena[part.arena.clone()].to_vec();
-        let imports = entries
-            .iter()
-            .map(|e| NameFilter::of(gnu_hash(name_of(&arena, e.name))))
-            .fold(NameFilter::EMPTY, |a, b| a | b);
         ObjectIndex {
             object,
             has_constructors: part.has_constructors,
             defines: part.defines,
-            imports,
             text_references: part.text_references,
             resolver_word: part.resolver_word,
             entries,
@@ -304,6 +304,19 @@ impl ObjectIndex {
             .map(|e| e.slot)
     }
 
+    /// Every slot with its name's GNU hash, name and import version (if versioned), in name
+    /// order: what a patch matches against its hooks.
+    pub fn named_slots(&self) -> impl Iterator<Item = (u32, &[u8], Option<&[u8]>, Slot)> + '_ {
+        self.entries.iter().map(|e| {
+            (
+                e.hash,
+                name_of(&self.arena, e.name),
+                e.version.map(|v| name_of(&self.arena, v)),
+                e.slot,
+            )
+        })
+    }
+
     /// The import version of the slot at `address`, if the object uses versioning.
     pub fn version_of(&self, address: usize) -> Option<&str> {
         let e = self.entries.iter().find(|e| e.slot.address == address)?;
@@ -321,12 +334,6 @@ impl ObjectIndex {
     /// the originals of only those hooks.
     pub fn defines(&self) -> NameFilter {
         self.defines
-    }
-
-    /// The names its slots may import (by GNU hash): a patch asks this of each hook (≈ 80 with
-    /// the CUDA set) before searching the slots by name.
-    pub fn imports(&self) -> NameFilter {
-        self.imports
     }
 
     /// Whether any slot is a non-PIE executable's canonical PLT import (see
@@ -544,6 +551,7 @@ fn index_tables(
                     NamedSlot {
                         name,
                         version,
+                        hash: 0,
                         slot: Slot {
                             address,
                             kind,
@@ -742,11 +750,10 @@ mod tests {
         "write",
     ];
 
-    /// The name filters never turn away a name the object imports through a slot or defines
-    /// (in every object of this process); a name it neither imports nor defines is usually
-    /// turned away.
+    /// Each slot carries its name's true hash (a patch finds hooks from it), and the defines
+    /// filter never turns away a name the object defines (in every object of this process).
     #[test]
-    fn name_filters_hold_every_imported_and_defined_name() {
+    fn slot_hashes_and_name_filters_hold_every_imported_and_defined_name() {
         let names = TEST_NAMES;
         let wanted = WantedNames::of(names);
         let (mut imported, mut defined) = (0, 0);
@@ -754,10 +761,11 @@ mod tests {
             let Ok(idx) = ObjectIndex::build(obj.clone(), Some(wanted.names())) else {
                 continue;
             };
-            for (name, _, _) in idx.iter() {
-                assert!(idx.imports().may_hold(gnu_hash(name.as_bytes())), "{name}");
+            for (hash, name, _, _) in idx.named_slots() {
+                assert_eq!(hash, gnu_hash(name), "{}", String::from_utf8_lossy(name));
                 imported += 1;
             }
+            assert_eq!(idx.named_slots().count(), idx.iter().count());
             for name in names {
                 if crate::elf::defines(&obj, name, None) {
                     assert!(
@@ -767,9 +775,6 @@ mod tests {
                     );
                     defined += 1;
                 }
-            }
-            if idx.is_empty() {
-                assert_eq!(idx.imports(), NameFilter::EMPTY, "{}", obj.display_name());
             }
         }
         assert!(

@@ -243,7 +243,7 @@ impl<O: BatchObject> Batch<O> {
     /// `None` for a slot whose object could not be read (gone). Also returns those objects.
     pub fn read_values(&self, slots: &[(usize, usize)]) -> (Few<Option<usize>>, Few<usize>) {
         let n = self.objects.len();
-        let (starts, order) = by_object(slots.iter().map(|s| s.0), n);
+        let (starts, order) = group_by_key(slots.iter().map(|s| s.0), n);
         let needed = few((0..n).map(|i| starts[i] < starts[i + 1]));
         let mut values: Few<Option<usize>> = smallvec::smallvec![None; slots.len()];
         let done = self.touch(&needed, &mut |i| {
@@ -340,7 +340,7 @@ fn write_order(
     writes: &[(usize, usize, usize, usize)],
     objects: usize,
 ) -> (Few<usize>, Few<usize>) {
-    let (starts, mut order) = by_object(writes.iter().map(|w| w.0), objects);
+    let (starts, mut order) = group_by_key(writes.iter().map(|w| w.0), objects);
     for i in 0..objects {
         let run = &mut order[starts[i]..starts[i + 1]];
         if run.len() > 1 {
@@ -350,15 +350,16 @@ fn write_order(
     (starts, order)
 }
 
-/// Group items by object with a counting sort (`objects` are the item's objects, all below
-/// `count`): `order[starts[i]..starts[i + 1]]` are object i's items, in their given order.
-fn by_object(
-    objects: impl Iterator<Item = usize> + Clone,
+/// Group items by key with a counting sort (`keys`: each item's key, all below `count`: an
+/// object, or a hook): `order[starts[i]..starts[i + 1]]` are key i's items, in their given
+/// order.
+pub(crate) fn group_by_key(
+    keys: impl Iterator<Item = usize> + Clone,
     count: usize,
 ) -> (Few<usize>, Few<usize>) {
     let mut starts: Few<usize> = smallvec::smallvec![0; count + 1];
     let mut items = 0;
-    for o in objects.clone() {
+    for o in keys.clone() {
         starts[o + 1] += 1;
         items += 1;
     }
@@ -367,7 +368,7 @@ fn by_object(
     }
     let mut order: Few<usize> = smallvec::smallvec![0; items];
     let mut next = starts.clone();
-    for (k, o) in objects.enumerate() {
+    for (k, o) in keys.enumerate() {
         order[next[o]] = k;
         next[o] += 1;
     }

@@ -148,6 +148,9 @@ pub struct HookSet {
     /// Each hook's symbol hash, in hook order: a patch passes over the hooks a new library has
     /// nothing to do with by reading these alone.
     pub(crate) hashes: std::sync::Arc<[u32]>,
+    /// (hash, hook position), sorted: the hooks an imported name may belong to, found by a
+    /// binary search from the name's hash.
+    pub(crate) by_hash: std::sync::Arc<[(u32, u32)]>,
 }
 
 impl HookSet {
@@ -163,12 +166,20 @@ impl HookSet {
                 });
             }
         }
+        let hashes: std::sync::Arc<[u32]> = hooks
+            .iter()
+            .map(|h| crate::elf::gnu_hash(h.symbol().as_bytes()))
+            .collect();
+        let mut by_hash: Vec<(u32, u32)> = hashes
+            .iter()
+            .enumerate()
+            .map(|(j, &h)| (h, j as u32))
+            .collect();
+        by_hash.sort_unstable();
         Ok(HookSet {
             name: name.to_owned(),
-            hashes: hooks
-                .iter()
-                .map(|h| crate::elf::gnu_hash(h.symbol().as_bytes()))
-                .collect(),
+            hashes,
+            by_hash: by_hash.into(),
             hooks: hooks.into(),
         })
     }

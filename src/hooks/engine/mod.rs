@@ -143,7 +143,7 @@ pub(crate) fn install(set: &HookSet, loader_set: fn() -> HookSet) -> Result<u64>
 /// installed set, forget objects that were unloaded. Cheap when nothing changed (one
 /// `dl_iterate_phdr` step, no lock). `patience`: how long to wait for a busy engine.
 pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
-    if unchanged() {
+    if changed().is_none() {
         return Ok(0);
     }
     let Some(mut op) = Operation::begin(patience) else {
@@ -168,30 +168,32 @@ pub(crate) unsafe fn rescan_opened(
     handle: *mut c_void,
     patience: Option<Duration>,
 ) -> Result<usize> {
-    if unchanged() {
+    let Some(now) = changed() else {
         return Ok(0);
-    }
+    };
     let mut op = Operation::begin(patience).ok_or_else(busy)?;
     // SAFETY: forwarded from the caller.
-    Ok(unsafe { op.state().sync_opened(handle) })
+    Ok(unsafe { op.state().sync_opened(handle, now) })
 }
 
 /// After a successful `dlclose(handle)`: like [`rescan`], but when exactly one object was
 /// removed since the last scan and it is the known object of `handle`, and glibc confirms that
 /// nothing is mapped there any more, only that object is forgotten (no walk).
 pub(crate) fn rescan_closed(handle: *mut c_void, patience: Option<Duration>) -> Result<usize> {
-    if unchanged() {
+    let Some(now) = changed() else {
         return Ok(0);
-    }
+    };
     let mut op = Operation::begin(patience).ok_or_else(busy)?;
-    Ok(op.state().sync_closed(handle as usize))
+    Ok(op.state().sync_closed(handle as usize, now))
 }
 
-/// Nothing was loaded or unloaded since the last scan (no lock, no allocation).
-fn unchanged() -> bool {
+/// The loader's counters now, if something was loaded or unloaded since the last scan; `None`
+/// when nothing was (no lock, no allocation).
+fn changed() -> Option<elf::Counters> {
     let now = elf::counters();
-    now.adds == SCANNED_ADDS.load(Ordering::Acquire)
-        && now.subs == SCANNED_SUBS.load(Ordering::Acquire)
+    let same = now.adds == SCANNED_ADDS.load(Ordering::Acquire)
+        && now.subs == SCANNED_SUBS.load(Ordering::Acquire);
+    (!same).then_some(now)
 }
 
 /// Record that `object` was opened into another namespace and is not patched.

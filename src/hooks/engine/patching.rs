@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::elf::{NameFilter, ObjectIndex, RelocKind, Slot};
 use crate::patch::{JournalEntry, ProtectionMap, SlotWrite};
 
-use crate::hooks::batch::{few, Batch, Few};
+use crate::hooks::batch::{few, group_by_key, Batch, Few};
 use crate::hooks::diagnostics::{push_bounded, push_name_bounded, Conflict};
 use crate::hooks::resolver::{matters, Resolver};
 use crate::hooks::set::Hook;
@@ -16,7 +16,8 @@ use crate::hooks::set::Hook;
 use super::State;
 
 /// An installed set as a patch takes it: its id, hooks and their symbols' hashes (shared).
-type SetHooks = (u64, Arc<[Hook]>, Arc<[u32]>);
+/// A set's id, hooks, their name hashes, and (hash, hook position) sorted by hash.
+type SetHooks = (u64, Arc<[Hook]>, Arc<[u32]>, Arc<[(u32, u32)]>);
 
 /// One slot write decided before any write is made.
 struct Plan<'h> {
@@ -84,56 +85,108 @@ impl State {
             .iter()
             .filter_map(|&id| {
                 let s = self.sets.iter().find(|s| s.id == id)?;
-                Some((id, s.set.hooks.clone(), s.set.hashes.clone()))
+                Some((
+                    id,
+                    s.set.hooks.clone(),
+                    s.set.hashes.clone(),
+                    s.set.by_hash.clone(),
+                ))
             })
             .collect();
-        // What the batch's objects may import and define, by name hash: most hooks (≈ 80 in
-        // the CUDA set) have nothing to do with a new library, and are passed over with two bit
-        // tests.
-        let (imports, defines) = batch
+        // What the batch's objects may define, by name hash: a new object can only provide
+        // the originals it may define.
+        let defines = batch
             .objects
             .iter()
-            .fold((NameFilter::EMPTY, NameFilter::EMPTY), |(i, d), o| {
-                (i | o.imports(), d | o.defines())
-            });
-        // Every hook with work here, and its slots: slots to write, or (none, and no original
-        // yet) an original to look for. Found once, by hook, then object (the planning walks
-        // them in that order): `work` holds (set id, hook, its range of `found`), `found`
-        // (object, slot).
-        let mut work: Few<(u64, &Hook, u32, Range<usize>)> = Few::new();
-        let mut found: Few<(usize, Slot)> = Few::new();
-        if batch.objects.len() > 1 {
-            // Many objects (an install): room for about a slot each, so extending rarely grows.
-            found.reserve(batch.objects.len());
+            .fold(NameFilter::EMPTY, |d, o| d | o.defines());
+        // Every slot of every hook, found from the objects' side: each slot's name hash leads
+        // to the hooks with that hash (a binary search per set), and only an equal name (and
+        // version, for a versioned hook) counts. `hits`: (hook number across the sets, object,
+        // slot), objects in order.
+        let mut first_hook: Few<usize> = Few::new();
+        let mut hooks_total = 0;
+        for (_, hooks, _, _) in &sets {
+            first_hook.push(hooks_total);
+            hooks_total += hooks.len();
         }
-        for (id, hooks, hashes) in &sets {
-            for (hook, &hash) in hooks.iter().zip(hashes.iter()) {
-                if new_objects && !imports.may_hold(hash) && !defines.may_hold(hash) {
-                    continue;
-                }
-                let start = found.len();
-                if imports.may_hold(hash) {
-                    let (symbol, version) = (hook.symbol(), hook.version());
-                    for (i, idx) in batch.objects.iter().enumerate() {
-                        if !idx.imports().may_hold(hash) {
-                            continue;
-                        }
-                        // One push per slot: `SmallVec::extend` costs ≈ 90 instructions a call
-                        // even for the empty iterator most objects give (7,000 calls at install).
-                        for s in idx.slots(symbol, version) {
-                            found.push((i, s));
+        let mut hits: Few<(usize, usize, Slot)> = Few::new();
+        for (i, idx) in batch.objects.iter().enumerate() {
+            for (hash, name, version, slot) in idx.named_slots() {
+                for (k, (_, hooks, _, by_hash)) in sets.iter().enumerate() {
+                    let from = by_hash.partition_point(|e| e.0 < hash);
+                    for &(_, j) in by_hash[from..].iter().take_while(|e| e.0 == hash) {
+                        let hook = &hooks[j as usize];
+                        let named = hook.symbol.as_bytes() == name
+                            && hook
+                                .version
+                                .as_ref()
+                                .is_none_or(|v| Some(v.as_bytes()) == version);
+                        if named {
+                            hits.push((first_hook[k] + j as usize, i, slot));
                         }
                     }
                 }
-                // No slot of this hook here: all there is to do is find its original if it
-                // has none. New objects can only provide one they define (each `dlsym` that
-                // fails costs the loader ≈ 2,000 instructions).
-                let look_for_original =
-                    hook.original.get() == 0 && (!new_objects || defines.may_hold(hash));
-                if found.len() > start || look_for_original {
-                    work.push((*id, hook, hash, start..found.len()));
-                }
             }
+        }
+        // By hook, then object (the order the planning walks them in): many (an install) with
+        // a counting sort by hook, which keeps the objects' order; a few with a sort.
+        if hits.len() > 32 {
+            let (_, order) = group_by_key(hits.iter().map(|h| h.0), hooks_total);
+            hits = order.iter().map(|&k| hits[k]).collect();
+        } else {
+            hits.sort_unstable_by_key(|h| (h.0, h.1, h.2.address));
+        }
+        let group_end = |from: usize| {
+            from + hits[from..]
+                .iter()
+                .take_while(|h| h.0 == hits[from].0)
+                .count()
+        };
+        // The hooks to consider, with their range of `hits`: when the new objects define no
+        // wanted name, only hooks with slots here have anything to do (no original can come
+        // from them); otherwise every hook, in order.
+        let mut groups: Few<(usize, Range<usize>)> = Few::new();
+        let mut at = 0;
+        if new_objects && defines.is_empty() {
+            while at < hits.len() {
+                let end = group_end(at);
+                groups.push((hits[at].0, at..end));
+                at = end;
+            }
+        } else {
+            for g in 0..hooks_total {
+                let end = if hits.get(at).is_some_and(|h| h.0 == g) {
+                    group_end(at)
+                } else {
+                    at
+                };
+                groups.push((g, at..end));
+                at = end;
+            }
+        }
+        // Every hook with work here, and its slots: slots to write, or (none, and no original
+        // yet) an original to look for: `work` holds (set id, hook, hash, its range of
+        // `found`), `found` (object, slot).
+        let mut work: Few<(u64, &Hook, u32, Range<usize>)> = Few::new();
+        let mut found: Few<(usize, Slot)> = Few::new();
+        found.reserve(hits.len());
+        for (g, own) in groups {
+            let k = first_hook.partition_point(|&f| f <= g) - 1;
+            let (id, hooks, hashes, _) = &sets[k];
+            let (hook, hash) = (&hooks[g - first_hook[k]], hashes[g - first_hook[k]]);
+            // No slot of this hook here: all there is to do is find its original if it has
+            // none. New objects can only provide one they define (each `dlsym` that fails
+            // costs the loader ≈ 2,000 instructions).
+            if own.is_empty()
+                && (hook.original.get() != 0 || (new_objects && !defines.may_hold(hash)))
+            {
+                continue;
+            }
+            let start = found.len();
+            for h in &hits[own] {
+                found.push((h.1, h.2));
+            }
+            work.push((*id, hook, hash, start..found.len()));
         }
         // Every slot value the plans need, read in one pass (in `found`'s order), then the
         // lazy-resolver word of each object with a `JUMP_SLOT` to write (see `recheck`).

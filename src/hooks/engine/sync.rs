@@ -261,13 +261,15 @@ impl State {
         patched
     }
 
-    /// The `dlopen` fast path (see [`super::rescan_opened`]).
+    /// The `dlopen` fast path (see [`super::rescan_opened`]). `now`: the loader's counters
+    /// read after the real `dlopen` returned (before this operation began: a lower bound of
+    /// the present ones, which is all the fast path needs — more objects added meanwhile
+    /// make the counts differ, and the catch-up scan at the end sees them).
     ///
     /// # Safety
     /// As [`super::rescan_opened`].
     #[allow(unsafe_code)]
-    pub(super) unsafe fn sync_opened(&mut self, handle: *mut c_void) -> usize {
-        let now = elf::counters();
+    pub(super) unsafe fn sync_opened(&mut self, handle: *mut c_void, now: elf::Counters) -> usize {
         let last = self.last_counters;
         if now.subs == last.subs && now.adds == last.adds.wrapping_add(1) && self.known.is_some() {
             // SAFETY: the caller holds `handle` open for the whole call.
@@ -290,9 +292,9 @@ impl State {
         self.sync_until_stable()
     }
 
-    /// The `dlclose` fast path (see [`super::rescan_closed`]).
-    pub(super) fn sync_closed(&mut self, link_map: usize) -> usize {
-        let now = elf::counters();
+    /// The `dlclose` fast path (see [`super::rescan_closed`]); `now` as for
+    /// [`State::sync_opened`], read after the real `dlclose` returned.
+    pub(super) fn sync_closed(&mut self, link_map: usize, now: elf::Counters) -> usize {
         let last = self.last_counters;
         if now.adds == last.adds && now.subs == last.subs.wrapping_add(1) {
             let obj = self
