@@ -108,10 +108,17 @@ impl DynamicTables {
         let (mut strtab, mut symtab) = (None, None);
         let (mut relacount, mut relcount) = (0, 0);
         let (mut gnu_hash, mut hash, mut pltgot) = (None, None, None);
+        // The entries `PT_DYNAMIC` declares, checked once as an array; past them (a section
+        // without its `DT_NULL` there), or where the array check fails, one by one as before.
+        let declared = (ph.p_memsz as usize / std::mem::size_of::<Dyn>()).min(MAX_DYN);
+        let listed: &[Dyn] = img.array(dyn_addr, declared).unwrap_or(&[]);
         for i in 0..MAX_DYN {
-            let d: Dyn = img
-                .read(dyn_addr.wrapping_add(i * std::mem::size_of::<Dyn>()))
-                .ok_or_else(|| bad("dynamic section not readable"))?;
+            let d: Dyn = match listed.get(i) {
+                Some(&d) => d,
+                None => img
+                    .read(dyn_addr.wrapping_add(i * std::mem::size_of::<Dyn>()))
+                    .ok_or_else(|| bad("dynamic section not readable"))?,
+            };
             let v = d.d_val as usize;
             match d.d_tag {
                 DT_NULL => break,
