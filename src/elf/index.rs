@@ -122,9 +122,9 @@ pub struct IndexRoom {
     entries: Vec<NamedSlot>,
     arena: Vec<u8>,
     /// Scratch of the object being indexed: its version names (index, string offset) and the
-    /// symbol indexes of the wanted names.
+    /// symbol indexes of the wanted names (with each name's position among them).
     versions: Vec<(u16, u32)>,
-    indexes: Vec<u32>,
+    indexes: Vec<(u32, u32)>,
     fixed: bool,
 }
 
@@ -456,19 +456,24 @@ fn index_tables(
         Some(names) => wanted_indexes(&img, &tables, names, indexes, fixed)?,
         None => false,
     };
-    let indexes: Option<&[u32]> = by_index.then_some(&indexes[..]);
+    let indexes: Option<&[(u32, u32)]> = by_index.then_some(&indexes[..]);
+    // The wanted name of a symbol index, when the hash table gave the indexes.
+    let name_at = |ix: &[(u32, u32)], sym_index: usize| -> Option<(&[u8], u32)> {
+        let k = ix.binary_search_by_key(&(sym_index as u32), |e| e.0).ok()?;
+        wanted?.at(ix[k].1 as usize)
+    };
     // Which wanted names the object defines, by GNU hash (read only for defined symbols:
     // an object defines few of the names it is searched for, and imports are undefined).
     part.defines = match indexes {
-        Some(ix) => ix.iter().fold(NameFilter::EMPTY, |bits, &i| {
+        Some(ix) => ix.iter().fold(NameFilter::EMPTY, |bits, &(i, _)| {
             let Some(sym) = tables.sym_addr(i as usize).and_then(|a| img.read::<Sym>(a)) else {
                 return NameFilter::ALL; // unreadable now: it may be a definition
             };
             if sym.st_shndx as u32 == SHN_UNDEF {
                 return bits;
             }
-            bits | match tables.string(&img, sym.st_name as usize) {
-                Some(name) => NameFilter::of(gnu_hash(name)),
+            bits | match name_at(ix, i as usize) {
+                Some((_, hash)) => NameFilter::of(hash),
                 None => NameFilter::ALL,
             }
         }),
@@ -485,7 +490,7 @@ fn index_tables(
     // The wanted symbol indexes as a 4,096-bit filter: most relocations of a big library name
     // other symbols, and are passed over with one bit test instead of a search.
     let mut filter = KeySet::new();
-    for &i in indexes.unwrap_or(&[]) {
+    for &(i, _) in indexes.unwrap_or(&[]) {
         filter.insert(i as usize);
     }
     // Relocations naming no symbol, or none wanted, are passed over without a call.
@@ -493,7 +498,10 @@ fn index_tables(
         let sym_index = r_sym(info) as usize;
         sym_index != 0
             && indexes.is_none_or(|ix| {
-                filter.may_hold(sym_index) && ix.binary_search(&(sym_index as u32)).is_ok()
+                filter.may_hold(sym_index)
+                    && ix
+                        .binary_search_by_key(&(sym_index as u32), |e| e.0)
+                        .is_ok()
             })
     };
     for table in tables.relocs.iter() {
@@ -524,10 +532,16 @@ fn index_tables(
                 let Some(sym) = tables.sym_addr(sym_index).and_then(|a| img.read::<Sym>(a)) else {
                     return Ok(());
                 };
-                let Some(name) = tables.string(&img, sym.st_name as usize) else {
+                // Found through the hash table: the name is the wanted one it matched (read
+                // and compared then); otherwise read it and ask.
+                let name = match indexes {
+                    Some(ix) => name_at(ix, sym_index).map(|n| n.0),
+                    None => tables.string(&img, sym.st_name as usize),
+                };
+                let Some(name) = name else {
                     return Ok(());
                 };
-                if name.is_empty() || !by_name(name) {
+                if name.is_empty() || (indexes.is_none() && !by_name(name)) {
                     return Ok(());
                 }
                 let (false, Some(kind)) = (in_code, slot_kind) else {

@@ -62,10 +62,11 @@ pub fn defines(obj: &LoadedObject, name: &str, version: Option<&str>) -> bool {
     false
 }
 
-/// The dynamic-symbol indexes whose names are in `names`, found through the hash table instead
-/// of by reading the name of every relocation's symbol, into `found` (sorted, without repeats;
-/// when `fixed`, within its capacity). `Ok(false)` when the object has no usable hash table
-/// (then every relocation must be checked by name).
+/// The dynamic-symbol indexes whose names are in `names`, each with its name's position among
+/// `names`, found through the hash table instead of by reading the name of every relocation's
+/// symbol, into `found` (sorted, without repeats; when `fixed`, within its capacity).
+/// `Ok(false)` when the object has no usable hash table (then every relocation must be checked
+/// by name).
 ///
 /// Complete by construction: a GNU hash table covers every symbol from `symoffset` on, so the
 /// symbols below it (the unhashed ones: imports, locals; usually few) are read by name and the
@@ -75,19 +76,20 @@ pub(crate) fn wanted_indexes(
     img: &Image<'_>,
     t: &DynamicTables,
     names: &WantedNames,
-    found: &mut Vec<u32>,
+    found: &mut Vec<(u32, u32)>,
     fixed: bool,
 ) -> Result<bool, Full> {
     found.clear();
     let symbol = |index: usize| t.sym_addr(index).and_then(|a| img.read::<Sym>(a));
-    let is_wanted_symbol = |sym: Sym| -> bool {
-        names.may_name(img, t, sym.st_name as usize)
-            && t.string(img, sym.st_name as usize)
-                .is_some_and(|n| names.contains(n))
+    let wanted_symbol = |sym: Sym| -> Option<usize> {
+        if !names.may_name(img, t, sym.st_name as usize) {
+            return None;
+        }
+        names.position(t.string(img, sym.st_name as usize)?)
     };
-    let is_wanted = |index: usize| symbol(index).is_some_and(is_wanted_symbol);
+    let wanted = |index: usize| symbol(index).and_then(wanted_symbol);
     // Record a wanted index; true (stop) when there is no room left.
-    let mut take = |index: usize| push(found, index as u32, fixed).is_err();
+    let mut take = |index: usize, at: usize| push(found, (index as u32, at as u32), fixed).is_err();
     if let Some(at) = t.gnu_hash {
         let Some(table) = GnuTable::read(img, at) else {
             return Ok(false);
@@ -98,8 +100,10 @@ pub(crate) fn wanted_indexes(
             let Some(sym) = symbol(index) else {
                 break;
             };
-            if is_wanted_symbol(sym) && take(index) {
-                return Err(Full);
+            if let Some(at) = wanted_symbol(sym) {
+                if take(index, at) {
+                    return Err(Full);
+                }
             }
         }
         // An object that hashes fewer symbols than there are names (most libraries a program
@@ -110,23 +114,32 @@ pub(crate) fn wanted_indexes(
                 let Some(h) = table.chain(img, index) else {
                     break;
                 };
-                if names.may_have_hash(h) && is_wanted(index as usize) && take(index as usize) {
-                    return Err(Full);
+                if !names.may_have_hash(h) {
+                    continue;
+                }
+                if let Some(at) = wanted(index as usize) {
+                    if take(index as usize, at) {
+                        return Err(Full);
+                    }
                 }
             }
         } else {
-            for (name, hash) in names.with_gnu_hashes() {
+            for (at, (name, hash)) in names.with_gnu_hashes().enumerate() {
                 let named = |index: usize| {
                     symbol(index).and_then(|sym| t.string(img, sym.st_name as usize)) == Some(name)
                 };
-                if table.walk(img, hash, |index| named(index) && take(index)) {
+                if table.walk(img, hash, |index| named(index) && take(index, at)) {
                     return Err(Full);
                 }
             }
         }
     } else if let Some(at) = t.hash {
         for (_, hash) in names.with_sysv_hashes() {
-            if walk_sysv(img, at, hash, |index| is_wanted(index) && take(index)) {
+            let found_here = |index: usize| match wanted(index) {
+                Some(at) => take(index, at),
+                None => false,
+            };
+            if walk_sysv(img, at, hash, found_here) {
                 return Err(Full);
             }
         }

@@ -116,9 +116,17 @@ impl WantedNames {
     }
 
     pub fn contains(&self, name: &[u8]) -> bool {
-        self.names
-            .binary_search_by(|w| w.as_slice().cmp(name))
-            .is_ok()
+        self.position(name).is_some()
+    }
+
+    /// The name at `position` and its GNU hash.
+    pub(super) fn at(&self, position: usize) -> Option<(&[u8], u32)> {
+        Some((self.names.get(position)?, *self.gnu.get(position)?))
+    }
+
+    /// Where `name` is among the names (see [`WantedNames::names`]), if it is one.
+    pub fn position(&self, name: &[u8]) -> Option<usize> {
+        self.names.binary_search_by(|w| w.as_slice().cmp(name)).ok()
     }
 
     /// Whether a name may have the GNU hash `h` (its lowest bit ignored, as in a chain word):
