@@ -230,7 +230,7 @@ impl State {
                 planned = planned | NameFilter::of(hash);
             }
         }
-        let written = self.write(plans, batch, &bound_at_load);
+        let written = self.write(&plans, batch, &bound_at_load);
         self.diag.pinned_by_name += batch.take_pinned_by_name();
         written
     }
@@ -326,7 +326,7 @@ impl State {
     }
 
     /// Write the plans' slots; `bound_at_load[i]`: object i has no lazy binding to race with.
-    fn write(&mut self, plans: Few<Plan>, batch: &Batch, bound_at_load: &[bool]) -> usize {
+    fn write(&mut self, plans: &[Plan], batch: &Batch, bound_at_load: &[bool]) -> usize {
         let maps = match ProtectionMap::for_addresses(plans.iter().map(|p| p.slot.address)) {
             Ok(m) => m,
             Err(e) => {
@@ -395,7 +395,7 @@ impl State {
                 break;
             }
         }
-        self.recheck(&plans, &fresh, batch, &maps, bound_at_load);
+        self.recheck(plans, &fresh, batch, &maps, bound_at_load);
         fresh.len()
     }
 
