@@ -393,12 +393,14 @@ fn install_and_uninstall_never_pin_objects_by_name() {
 /// The word that tells a patch whether it must look at a `JUMP_SLOT` once more after writing
 /// it (a thread inside the lazy-binding resolver could write the resolved function over the
 /// hook): the third word of the PLT's GOT, where glibc puts its resolver only when it binds the
-/// object lazily. A library opened `RTLD_LAZY` has it set; one opened `RTLD_NOW`, or linked
-/// `-z now`, does not. Runs in a child process of its own (the libraries must be loaded here
-/// first, with these modes).
+/// object lazily. A library linked `-z lazy` and opened `RTLD_LAZY` has it set, and its patched
+/// `JUMP_SLOT`s are rechecked; one opened `RTLD_NOW`, or linked `-z now`, has it clear, and
+/// nothing of it is rechecked. Runs in a child process of its own (the libraries must be loaded
+/// here first, with these modes).
 #[test]
 fn the_lazy_resolver_word_tells_lazy_binding_apart() {
-    use std::ffi::CString;
+    use std::ffi::{c_char, c_int, c_void, CString};
+    use std::sync::atomic::AtomicUsize;
 
     if std::env::var_os("CUHOOK_TEST_RESOLVER_WORD").is_none() {
         common::rerun_in_child(
@@ -408,20 +410,52 @@ fn the_lazy_resolver_word_tells_lazy_binding_apart() {
         );
         return;
     }
+    static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    counting_hook!(add, REAL_ADD, CALLS);
+    type Open = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
     let bind_now = std::env::var_os("LD_BIND_NOW").is_some_and(|v| !v.is_empty());
     let dir = common::fixtures_dir();
-    // (library, dlopen mode, bound lazily)
+    let path = |lib: &str| CString::new(dir.join(lib).to_str().unwrap()).unwrap();
+    let slots_in = |lib: &str| {
+        cuhook::hooks::patched_slots()
+            .iter()
+            .filter(|s| s.object.ends_with(lib))
+            .count()
+    };
+    // (library, dlopen mode, bound lazily); the first two are opened through a hooked dlopen.
     let cases = [
         ("libcaller_lazy.so", libc::RTLD_LAZY, !bind_now),
-        ("libmany_01.so", libc::RTLD_LAZY, !bind_now),
         ("libmany_00.so", libc::RTLD_NOW, false),
         ("libcaller_now.so", libc::RTLD_LAZY, false),
     ];
-    for (lib, mode, lazy) in cases {
-        let path = CString::new(dir.join(lib).to_str().unwrap()).unwrap();
-        // SAFETY: fixture libraries built by build.rs, kept loaded for the process.
-        let h = unsafe { libc::dlopen(path.as_ptr(), mode) };
-        assert!(!h.is_null(), "{lib}");
+    // SAFETY: fixture libraries built by build.rs, kept loaded; symbols looked up with their C
+    // types.
+    unsafe {
+        let caller = libc::dlopen(path("libdlcaller.so").as_ptr(), libc::RTLD_NOW);
+        assert!(!caller.is_null());
+        let open: Open = std::mem::transmute(libc::dlsym(caller, c"dlcaller_open".as_ptr()));
+        let set = cuhook::hooks::HookSet::new(
+            "resolver word",
+            vec![
+                cuhook::hooks::Hook::new("target_add", add as *const () as usize, &REAL_ADD)
+                    .unwrap(),
+            ],
+        )
+        .unwrap();
+        let installed = cuhook::hooks::install(&set).unwrap();
+        for &(lib, mode, lazy) in &cases[..2] {
+            let before = cuhook::hooks::diagnostics().rechecked_slots;
+            assert!(!open(path(lib).as_ptr(), mode).is_null(), "{lib}");
+            assert!(slots_in(lib) > 0, "{lib} not patched");
+            let after = cuhook::hooks::diagnostics().rechecked_slots;
+            assert_eq!(after > before, lazy, "{lib}: rechecked {before} -> {after}");
+        }
+        installed.uninstall().unwrap();
+        let h = libc::dlopen(path(cases[2].0).as_ptr(), cases[2].1);
+        assert!(!h.is_null(), "{}", cases[2].0);
+    }
+    for (lib, _, lazy) in cases {
         let object = cuhook::elf::snapshot()
             .objects
             .into_iter()
@@ -431,9 +465,82 @@ fn the_lazy_resolver_word_tells_lazy_binding_apart() {
         let word = index
             .lazy_resolver_word()
             .expect("a PLT GOT inside the object");
-        // SAFETY: an aligned word inside the object's loaded segments (the index checked it);
-        // the object stays loaded (its handle is never closed).
+        // SAFETY: an aligned word inside the object's writable loaded segment (the index
+        // checked it); the object stays loaded (its handle is never closed).
         let value = unsafe { std::ptr::read_volatile(word as *const usize) };
         assert_eq!(value != 0, lazy, "{lib}: resolver word {value:#x}");
     }
+}
+
+/// A journal entry can outlive what it describes: an object unmapped or replaced at the same
+/// address and path without the engine seeing it. Uninstall then finds the slot's page not
+/// readable, and must leave it alone and say so, not read it (before the fix it read every slot
+/// before asking about its page: a SIGSEGV here). Simulated by taking all access away from a
+/// patched library's GOT page. Runs in a child process of its own.
+#[test]
+fn uninstall_leaves_a_slot_on_an_unreadable_page_alone() {
+    use std::ffi::CString;
+    use std::sync::atomic::AtomicUsize;
+
+    if std::env::var_os("CUHOOK_TEST_STALE_SLOT").is_none() {
+        common::rerun_in_child(
+            "uninstall_leaves_a_slot_on_an_unreadable_page_alone",
+            "CUHOOK_TEST_STALE_SLOT",
+            "1",
+        );
+        return;
+    }
+    static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    counting_hook!(add, REAL_ADD, CALLS);
+    let dir = common::fixtures_dir();
+    let lib = "libmany_04.so";
+    let path = CString::new(dir.join(lib).to_str().unwrap()).unwrap();
+    // SAFETY: a fixture library built by build.rs, kept loaded.
+    assert!(!unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW) }.is_null());
+    let set = cuhook::hooks::HookSet::new(
+        "stale slot",
+        vec![cuhook::hooks::Hook::new("target_add", add as *const () as usize, &REAL_ADD).unwrap()],
+    )
+    .unwrap();
+    let installed = cuhook::hooks::install(&set).unwrap();
+    let slots: Vec<usize> = cuhook::hooks::patched_slots()
+        .into_iter()
+        .filter(|s| s.object.ends_with(lib))
+        .map(|s| s.address)
+        .collect();
+    assert!(!slots.is_empty(), "{lib} not patched");
+    // SAFETY: sysconf has no preconditions.
+    let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let page = slots[0] & !(page_size - 1);
+    let on_page = slots
+        .iter()
+        .filter(|&&a| a & !(page_size - 1) == page)
+        .count();
+    // SAFETY: the library's own GOT page; nothing runs the library's code until access is
+    // given back below.
+    assert_eq!(
+        unsafe { libc::mprotect(page as *mut _, page_size, libc::PROT_NONE) },
+        0
+    );
+    let report = installed.uninstall().unwrap();
+    // SAFETY: as above; read and write is what a lazily bound GOT page has.
+    assert_eq!(
+        unsafe {
+            libc::mprotect(
+                page as *mut _,
+                page_size,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        },
+        0
+    );
+    assert_eq!(report.failed, on_page, "{report:?}");
+    let diag = cuhook::hooks::diagnostics();
+    assert!(
+        diag.unreadable
+            .iter()
+            .any(|t| t.contains("not readable now")),
+        "{diag}"
+    );
 }

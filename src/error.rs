@@ -29,6 +29,14 @@ pub enum Error {
         /// Address of the slot.
         address: usize,
     },
+    /// A slot to put back lies on a page that is not readable now: its object was unmapped or
+    /// replaced since the slot was patched. It is left alone.
+    UnreadableSlot {
+        /// Path of the object the slot was patched in.
+        object: String,
+        /// Address of the slot.
+        address: usize,
+    },
     /// The protection of a slot's page could not be read from the kernel's map of the process.
     QueryProtection {
         /// Address of the slot.
@@ -91,6 +99,10 @@ impl fmt::Display for Error {
             Error::ExecutableSlotPage { object, address } => write!(
                 f,
                 "GOT slot {address:#x} in `{object}` lies on an executable page; cuhook never makes a page writable and executable"
+            ),
+            Error::UnreadableSlot { object, address } => write!(
+                f,
+                "GOT slot {address:#x} of `{object}` lies on a page that is not readable now (the object was unmapped or replaced since it was patched); left alone"
             ),
             Error::QueryProtection { address, errno } => write!(
                 f,

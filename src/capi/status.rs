@@ -31,6 +31,7 @@ pub fn status_of(e: &Error) -> i32 {
         Error::BadObject { .. } => CUHOOK_ERR_BAD_OBJECT,
         Error::Protect { .. }
         | Error::ExecutableSlotPage { .. }
+        | Error::UnreadableSlot { .. }
         | Error::QueryProtection { .. } => CUHOOK_ERR_PROTECTION,
         Error::InvalidHookSet { .. }
         | Error::InvalidSymbol { .. }

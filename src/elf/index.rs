@@ -262,8 +262,15 @@ impl ObjectIndex {
                 }
             })
             .collect();
-        // DT_RELA may cover DT_JMPREL on some linkers: keep each slot once.
-        entries.dedup_by_key(|e| e.slot.address);
+        // DT_RELA may cover DT_JMPREL on some linkers: keep each slot once, as a `JUMP_SLOT`
+        // if either listing says so (only those are bound lazily: see the patch's recheck).
+        entries.dedup_by(|later, kept| {
+            let same = later.slot.address == kept.slot.address;
+            if same && later.slot.kind == RelocKind::JumpSlot {
+                kept.slot.kind = RelocKind::JumpSlot;
+            }
+            same
+        });
         ObjectIndex {
             object,
             has_constructors: part.has_constructors,
@@ -446,8 +453,17 @@ fn index_tables(
         .pltgot
         .and_then(|got| got.checked_add(2 * std::mem::size_of::<usize>()))
         .filter(|&w| {
+            // The loader writes this word only in a writable GOT: a DT_PLTGOT that points into
+            // a segment declared otherwise (never dereferenced by glibc unless it binds lazily)
+            // is not read, and the object counts as bound lazily.
+            let (r, wr) = (libc::PF_R, libc::PF_W);
             w.is_multiple_of(std::mem::align_of::<usize>())
-                && object.contains_range(w, std::mem::size_of::<usize>())
+                && object.segments().any(|(s, e, flags)| {
+                    flags & (r | wr) == r | wr
+                        && s <= w
+                        && w.checked_add(std::mem::size_of::<usize>())
+                            .is_some_and(|end| end <= e)
+                })
         });
     if tables.symtab == 0 {
         return Ok(finish(part, entries, arena));

@@ -12,7 +12,7 @@
 //! beforehand, and never allocates, locks or calls the loader.
 #![allow(unsafe_code)]
 
-use std::cell::{Cell, OnceCell};
+use std::cell::OnceCell;
 use std::sync::Arc;
 
 use smallvec::SmallVec;
@@ -131,8 +131,6 @@ pub(crate) struct Batch<O = Arc<ObjectIndex>> {
     pins: SmallVec<[OnceCell<Option<Pin>>; 1]>,
     /// Loader removals at the snapshot the objects come from.
     subs: u64,
-    /// Objects pinned by name so far (see [`Batch::take_pinned_by_name`]).
-    by_name: Cell<u64>,
     /// The objects that may define hooked functions (see [`Batch::definers`]), found once.
     definers: OnceCell<Few<usize>>,
 }
@@ -145,7 +143,6 @@ impl<O: BatchObject> Batch<O> {
             objects: SmallVec::from_vec(objects),
             pins,
             subs,
-            by_name: Cell::new(0),
             definers: OnceCell::new(),
         }
     }
@@ -169,7 +166,6 @@ impl<O: BatchObject> Batch<O> {
             objects: smallvec::smallvec![object],
             pins: smallvec::smallvec![cell],
             subs: 0,
-            by_name: Cell::new(0),
             definers: OnceCell::new(),
         }
     }
@@ -181,16 +177,8 @@ impl<O: BatchObject> Batch<O> {
     /// A reference to object `i`, pinning it by name on first use; `None` when it is gone.
     pub fn pin(&self, i: usize) -> Option<&Pin> {
         self.pins[i]
-            .get_or_init(|| {
-                self.by_name.set(self.by_name.get() + 1);
-                Pin::object(self.objects[i].loaded())
-            })
+            .get_or_init(|| Pin::object(self.objects[i].loaded()))
             .as_ref()
-    }
-
-    /// How many objects this batch pinned by name since the last call (for the diagnostics).
-    pub fn take_pinned_by_name(&self) -> u64 {
-        self.by_name.replace(0)
     }
 
     fn has_pin(&self, i: usize) -> bool {
@@ -260,10 +248,16 @@ impl<O: BatchObject> Batch<O> {
     /// Compare-and-write each `(object, address, expected, new)`; `None` for writes whose
     /// object could not be touched. Slots sharing a page are written under one change of its
     /// protection.
+    ///
+    /// `stale_ok`: the slots may no longer be readable (restoring journal entries, whose object
+    /// may have been replaced since they were written): each page is confirmed readable with
+    /// the kernel before its slots are read, and one that is not fails as `Unreadable`. Slots
+    /// whose values a plan has just read need no such check.
     pub fn write(
         &self,
         maps: &ProtectionMap,
         writes: &[(usize, usize, usize, usize)],
+        stale_ok: bool,
     ) -> Few<Option<Outcome>> {
         maps.reserve(writes.len() + 8);
         let n = self.objects.len();
@@ -285,14 +279,33 @@ impl<O: BatchObject> Batch<O> {
                     let (_, address, expected, new) = writes[group[j]];
                     (address, expected, new)
                 };
-                // SAFETY: validated slots (aligned, inside the object, readable as when their
-                // values were read for the plan) of one object pinned or listed under the
-                // loader's lock, all on one page; the caller holds the patch lock; `maps` has
-                // room, so nothing allocates.
-                let done = unsafe {
-                    compare_and_write_page(maps, group.len(), slot, |j, found| {
-                        outcomes[group[j]] = Some(Ok((found, Ok(()))));
-                    })
+                let readable = match stale_ok.then(|| maps.at(page)) {
+                    None => Ok(()),
+                    Some(Ok(p)) if p.contains(region::Protection::READ) => Ok(()),
+                    // Not readable, or no mapping there at all.
+                    Some(Ok(_)) => Err(WriteFailure::Unreadable),
+                    Some(Err(crate::Error::QueryProtection { errno, .. }))
+                        if errno == libc::ENOMEM =>
+                    {
+                        Err(WriteFailure::Unreadable)
+                    }
+                    Some(Err(crate::Error::QueryProtection { errno, .. })) => {
+                        Err(WriteFailure::Query(errno))
+                    }
+                    Some(Err(_)) => Err(WriteFailure::Query(libc::EINVAL)),
+                };
+                let done = if let Err(failure) = readable {
+                    Err(failure)
+                } else {
+                    // SAFETY: validated slots (aligned, inside the object, readable as when
+                    // their values were read for the plan, or just confirmed readable) of one
+                    // object pinned or listed under the loader's lock, all on one page; the
+                    // caller holds the patch lock; `maps` has room, so nothing allocates.
+                    unsafe {
+                        compare_and_write_page(maps, group.len(), slot, |j, found| {
+                            outcomes[group[j]] = Some(Ok((found, Ok(()))));
+                        })
+                    }
                 };
                 match done {
                     Ok(Ok(())) => {}

@@ -65,6 +65,9 @@ pub struct Diagnostics {
     pub text_relocations: Vec<(String, usize)>,
     /// Slots overwritten by a concurrent lazy-binding resolution and patched again.
     pub resolver_races: u64,
+    /// Slots looked at once more after being written, for such a race: the `JUMP_SLOT`s of
+    /// objects the loader binds lazily (an object bound at load has no resolver to race with).
+    pub rechecked_slots: u64,
     /// Objects indexed so far.
     pub objects_indexed: u64,
     /// Incremental scans for new objects (walks of the loader's list).
@@ -75,10 +78,11 @@ pub struct Diagnostics {
     /// Loader events that found the engine busy for too long and were left to the running
     /// operation's catch-up scan.
     pub deferred_scans: u64,
-    /// Objects pinned by name (`dlopen` with `RTLD_NOLOAD`) because no walk of the loader's
-    /// list could vouch for them while they were read or written. Each such pin makes glibc
-    /// compare the name with every loaded object, so in a big process this count should stay
-    /// near zero: install, rescans and uninstall touch objects from inside walks.
+    /// Objects pinned by name (`dlopen` with `RTLD_NOLOAD`) so far in the process: where no walk
+    /// of the loader's list could vouch for an object while it was read or written, to look a
+    /// hooked function up in the scope of an object that defines it, and by the exit report.
+    /// Each such pin makes glibc compare the name with every loaded object, so in a big process
+    /// it should stay small: install, rescans and uninstall touch objects from inside walks.
     pub pinned_by_name: u64,
 }
 
@@ -134,8 +138,9 @@ impl std::fmt::Display for Diagnostics {
         }
         writeln!(
             f,
-            "counters resolver_races={} objects_indexed={} rescans={} quick_scans={} deferred_scans={} pinned_by_name={}",
+            "counters resolver_races={} rechecked_slots={} objects_indexed={} rescans={} quick_scans={} deferred_scans={} pinned_by_name={}",
             self.resolver_races,
+            self.rechecked_slots,
             self.objects_indexed,
             self.rescans,
             self.quick_scans,
@@ -157,6 +162,7 @@ impl Diagnostics {
             constructors_before_patch: Vec::new(),
             text_relocations: Vec::new(),
             resolver_races: 0,
+            rechecked_slots: 0,
             objects_indexed: 0,
             rescans: 0,
             quick_scans: 0,

@@ -11,6 +11,15 @@ use crate::sys::dl::{self, Handle, Listed};
 
 pub(crate) use crate::sys::dl::{lookup_global, object_at, vdso_and_interpreter};
 
+/// Objects pinned by name so far in this process (see [`pinned_by_name`]).
+static PINNED_BY_NAME: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many times an object was pinned by name (`dlopen` with `RTLD_NOLOAD`, which makes glibc
+/// compare the name with every loaded object), for the diagnostics.
+pub(crate) fn pinned_by_name() -> u64 {
+    PINNED_BY_NAME.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A reference that keeps an object loaded while the engine reads or writes it: our own
 /// (`dlopen(RTLD_NOLOAD)`, closed on drop) or borrowed from a caller that holds one.
 #[derive(Debug)]
@@ -29,6 +38,7 @@ impl Pin {
     /// found in this namespace under its name (another `dlmopen` namespace, a name that no
     /// longer resolves), or when the name finds an object at another base address.
     pub fn object(obj: &LoadedObject) -> Option<Pin> {
+        PINNED_BY_NAME.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let handle = if obj.position == 0 && obj.name.is_empty() {
             dl::open_loaded(None)?
         } else {

@@ -184,5 +184,7 @@ pub fn patched_slots() -> Vec<PatchedSlot> {
 
 /// What the engine noticed so far (skipped objects, conflicts, foreign re-patches, ...).
 pub fn diagnostics() -> Diagnostics {
-    engine::with_state(|st| st.diag.clone()).unwrap_or_default()
+    let mut d = engine::with_state(|st| st.diag.clone()).unwrap_or_default();
+    d.pinned_by_name = loader::pinned_by_name();
+    d
 }

@@ -42,6 +42,8 @@ pub enum WriteFailure {
     Executable,
     /// `mprotect` refused to make the page writable (errno).
     Protect(i32),
+    /// The page is not readable (asked before reading a slot that may be stale).
+    Unreadable,
 }
 
 impl WriteFailure {
@@ -57,6 +59,10 @@ impl WriteFailure {
                 object: object.to_owned(),
                 address,
                 errno,
+            },
+            WriteFailure::Unreadable => Error::UnreadableSlot {
+                object: object.to_owned(),
+                address,
             },
         }
     }

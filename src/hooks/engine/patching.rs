@@ -230,9 +230,7 @@ impl State {
                 planned = planned | NameFilter::of(hash);
             }
         }
-        let written = self.write(&plans, batch, &bound_at_load);
-        self.diag.pinned_by_name += batch.take_pinned_by_name();
-        written
+        self.write(&plans, batch, &bound_at_load)
     }
 
     /// Plan the writes of one hook's slots (`found`: this hook's (object, slot), `values`: what
@@ -346,7 +344,7 @@ impl State {
                 let p = &plans[k];
                 (p.object, p.slot.address, expected[k], p.hook.replacement)
             }));
-            let outcomes = batch.write(&maps, &writes);
+            let outcomes = batch.write(&maps, &writes, false);
             let mut retry = Few::new();
             for (&k, outcome) in pending.iter().zip(outcomes) {
                 let p = &plans[k];
@@ -435,8 +433,9 @@ impl State {
         if writes.is_empty() {
             return;
         }
+        self.diag.rechecked_slots += writes.len() as u64;
         // A compare-and-write of original → hook: writes only where the original is back.
-        for (w, outcome) in writes.iter().zip(batch.write(maps, &writes)) {
+        for (w, outcome) in writes.iter().zip(batch.write(maps, &writes, false)) {
             if let Some(Ok((found, restored))) = outcome {
                 if matches!(found, SlotWrite::Written { .. }) {
                     self.diag.resolver_races += 1;

@@ -144,8 +144,9 @@ impl State {
             }
         };
         let batch = Batch::listed(objects, snap.counters.subs);
-        let outcomes = batch.write(&maps, &writes);
-        self.diag.pinned_by_name += batch.take_pinned_by_name();
+        // Journal entries may be stale (an object replaced at the same address and path since
+        // it was patched): each page is confirmed readable before its slots are read.
+        let outcomes = batch.write(&maps, &writes, true);
         for (e, outcome) in writable.into_iter().zip(outcomes) {
             let name = e.object.display_name();
             match outcome {

@@ -221,7 +221,6 @@ impl State {
             } else if let Some(built) = walked {
                 (self.enter(obj, 0, Some(built), false), None)
             } else {
-                self.diag.pinned_by_name += 1;
                 let Some(pin) = Pin::object(&obj) else {
                     // Gone already, or not reachable by name: never read it.
                     push_name_bounded(&mut self.diag.unpinnable, obj.display_name());
