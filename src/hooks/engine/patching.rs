@@ -51,14 +51,12 @@ impl State {
         let ids = few(self.sets.iter().map(|s| s.id));
         let mark = self.journal.mark();
         let patched = self.patch_batch(&ids, &mut batch, complete);
+        // The new objects whose constructors ran before they were patched (asked per object:
+        // a batch of many is not compared entry by entry with every one of them).
         let late = &mut self.diag.constructors_before_patch;
-        for e in self.journal.since(mark) {
-            if batch
-                .objects
-                .iter()
-                .any(|n| Arc::ptr_eq(&n.object, &e.object) && n.has_constructors)
-            {
-                push_name_bounded(late, e.object.display_name());
+        for n in batch.objects.iter().filter(|n| n.has_constructors) {
+            if self.journal.has_entries_since(&n.object, mark) {
+                push_name_bounded(late, n.object.display_name());
             }
         }
         patched
