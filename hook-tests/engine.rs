@@ -299,14 +299,12 @@ fn page_protected_by_the_program_is_seen_and_kept() {
         };
         let before = read(slot.address);
 
-        let set = cuhook::hooks::HookSet::new(
+        let set = common::one_hook_set(
             "protection",
-            vec![
-                cuhook::hooks::Hook::new("target_add", add as *const () as usize, &REAL_ADD)
-                    .unwrap(),
-            ],
-        )
-        .unwrap();
+            "target_add",
+            add as *const () as usize,
+            &REAL_ADD,
+        );
         let installed = cuhook::hooks::install(&set).unwrap();
         assert_eq!(
             read(slot.address),

@@ -177,12 +177,10 @@ fn a_later_library_defining_a_hooked_function_gives_its_original() {
     use std::ffi::{c_char, c_int, c_void, CString};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    if std::env::var_os("CUHOOK_TEST_LATE_DEFINER").is_none() {
-        common::rerun_in_child(
-            "a_later_library_defining_a_hooked_function_gives_its_original",
-            "CUHOOK_TEST_LATE_DEFINER",
-            "1",
-        );
+    if common::ran_in_child(
+        "a_later_library_defining_a_hooked_function_gives_its_original",
+        "CUHOOK_TEST_LATE_DEFINER",
+    ) {
         return;
     }
     static REAL_ANSWER: AtomicUsize = AtomicUsize::new(0);
@@ -302,15 +300,13 @@ fn a_later_library_defining_a_hooked_function_gives_its_original() {
 /// this process's pins).
 #[test]
 fn install_and_uninstall_never_pin_objects_by_name() {
-    use std::ffi::{c_int, CString};
+    use std::ffi::c_int;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    if std::env::var_os("CUHOOK_TEST_NO_PIN_BY_NAME").is_none() {
-        common::rerun_in_child(
-            "install_and_uninstall_never_pin_objects_by_name",
-            "CUHOOK_TEST_NO_PIN_BY_NAME",
-            "1",
-        );
+    if common::ran_in_child(
+        "install_and_uninstall_never_pin_objects_by_name",
+        "CUHOOK_TEST_NO_PIN_BY_NAME",
+    ) {
         return;
     }
     // SAFETY: gnu_get_libc_version returns a static string.
@@ -327,29 +323,25 @@ fn install_and_uninstall_never_pin_objects_by_name() {
     counting_hook!(add, REAL_ADD, CALLS);
     type Call = unsafe extern "C" fn(c_int, c_int) -> c_int;
 
-    let dir = common::fixtures_dir();
     let mut calls = Vec::new();
     // SAFETY: fixture libraries built by build.rs; symbols looked up with their C types.
     unsafe {
-        let target = CString::new(dir.join("libtarget.so").to_str().unwrap()).unwrap();
+        let target = common::fixture_path("libtarget.so");
         assert!(!libc::dlopen(target.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL).is_null());
         for k in 0..80 {
-            let p = dir.join(format!("libmany_{k:02}.so"));
-            let p = CString::new(p.to_str().unwrap()).unwrap();
+            let p = common::fixture_path(&format!("libmany_{k:02}.so"));
             let h = libc::dlopen(p.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
             assert!(!h.is_null(), "libmany_{k:02}.so");
             let f = libc::dlsym(h, c"many_call".as_ptr());
             assert!(!f.is_null());
             calls.push(std::mem::transmute::<*mut libc::c_void, Call>(f));
         }
-        let set = cuhook::hooks::HookSet::new(
+        let set = common::one_hook_set(
             "no pins by name",
-            vec![
-                cuhook::hooks::Hook::new("target_add", add as *const () as usize, &REAL_ADD)
-                    .unwrap(),
-            ],
-        )
-        .unwrap();
+            "target_add",
+            add as *const () as usize,
+            &REAL_ADD,
+        );
         let before = cuhook::hooks::diagnostics();
         let installed = cuhook::hooks::install(&set).unwrap();
         let patched: std::collections::HashSet<String> = cuhook::hooks::patched_slots()
@@ -399,15 +391,13 @@ fn install_and_uninstall_never_pin_objects_by_name() {
 /// here first, with these modes).
 #[test]
 fn the_lazy_resolver_word_tells_lazy_binding_apart() {
-    use std::ffi::{c_char, c_int, c_void, CString};
+    use std::ffi::{c_char, c_int, c_void};
     use std::sync::atomic::AtomicUsize;
 
-    if std::env::var_os("CUHOOK_TEST_RESOLVER_WORD").is_none() {
-        common::rerun_in_child(
-            "the_lazy_resolver_word_tells_lazy_binding_apart",
-            "CUHOOK_TEST_RESOLVER_WORD",
-            "1",
-        );
+    if common::ran_in_child(
+        "the_lazy_resolver_word_tells_lazy_binding_apart",
+        "CUHOOK_TEST_RESOLVER_WORD",
+    ) {
         return;
     }
     static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
@@ -415,8 +405,7 @@ fn the_lazy_resolver_word_tells_lazy_binding_apart() {
     counting_hook!(add, REAL_ADD, CALLS);
     type Open = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
     let bind_now = std::env::var_os("LD_BIND_NOW").is_some_and(|v| !v.is_empty());
-    let dir = common::fixtures_dir();
-    let path = |lib: &str| CString::new(dir.join(lib).to_str().unwrap()).unwrap();
+    let path = common::fixture_path;
     let slots_in = |lib: &str| {
         cuhook::hooks::patched_slots()
             .iter()
@@ -435,14 +424,12 @@ fn the_lazy_resolver_word_tells_lazy_binding_apart() {
         let caller = libc::dlopen(path("libdlcaller.so").as_ptr(), libc::RTLD_NOW);
         assert!(!caller.is_null());
         let open: Open = std::mem::transmute(libc::dlsym(caller, c"dlcaller_open".as_ptr()));
-        let set = cuhook::hooks::HookSet::new(
+        let set = common::one_hook_set(
             "resolver word",
-            vec![
-                cuhook::hooks::Hook::new("target_add", add as *const () as usize, &REAL_ADD)
-                    .unwrap(),
-            ],
-        )
-        .unwrap();
+            "target_add",
+            add as *const () as usize,
+            &REAL_ADD,
+        );
         let installed = cuhook::hooks::install(&set).unwrap();
         for &(lib, mode, lazy) in &cases[..2] {
             let before = cuhook::hooks::diagnostics().rechecked_slots;
@@ -479,30 +466,27 @@ fn the_lazy_resolver_word_tells_lazy_binding_apart() {
 /// patched library's GOT page. Runs in a child process of its own.
 #[test]
 fn uninstall_leaves_a_slot_on_an_unreadable_page_alone() {
-    use std::ffi::CString;
     use std::sync::atomic::AtomicUsize;
 
-    if std::env::var_os("CUHOOK_TEST_STALE_SLOT").is_none() {
-        common::rerun_in_child(
-            "uninstall_leaves_a_slot_on_an_unreadable_page_alone",
-            "CUHOOK_TEST_STALE_SLOT",
-            "1",
-        );
+    if common::ran_in_child(
+        "uninstall_leaves_a_slot_on_an_unreadable_page_alone",
+        "CUHOOK_TEST_STALE_SLOT",
+    ) {
         return;
     }
     static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
     static CALLS: AtomicUsize = AtomicUsize::new(0);
     counting_hook!(add, REAL_ADD, CALLS);
-    let dir = common::fixtures_dir();
     let lib = "libmany_04.so";
-    let path = CString::new(dir.join(lib).to_str().unwrap()).unwrap();
+    let path = common::fixture_path(lib);
     // SAFETY: a fixture library built by build.rs, kept loaded.
     assert!(!unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW) }.is_null());
-    let set = cuhook::hooks::HookSet::new(
+    let set = common::one_hook_set(
         "stale slot",
-        vec![cuhook::hooks::Hook::new("target_add", add as *const () as usize, &REAL_ADD).unwrap()],
-    )
-    .unwrap();
+        "target_add",
+        add as *const () as usize,
+        &REAL_ADD,
+    );
     let installed = cuhook::hooks::install(&set).unwrap();
     let slots: Vec<usize> = cuhook::hooks::patched_slots()
         .into_iter()

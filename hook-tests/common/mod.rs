@@ -47,6 +47,41 @@ pub fn rerun_in_child(name: &str, var: &str, value: &str) {
     );
 }
 
+/// For a test that needs a process of its own: in the test process, run test `name` again in
+/// a child with `var` set, assert that it passed there, and return true (nothing is left to do);
+/// in that child, return false (run the test).
+///
+/// ```ignore
+/// if common::ran_in_child("my_test", "CUHOOK_TEST_MY_TEST") {
+///     return;
+/// }
+/// ```
+pub fn ran_in_child(name: &str, var: &str) -> bool {
+    if std::env::var_os(var).is_some() {
+        return false;
+    }
+    rerun_in_child(name, var, "1");
+    true
+}
+
+/// A hook set of one hook: `symbol` replaced by `replacement`, its original stored in
+/// `original`.
+pub fn one_hook_set(
+    name: &str,
+    symbol: &str,
+    replacement: usize,
+    original: &'static std::sync::atomic::AtomicUsize,
+) -> cuhook::hooks::HookSet {
+    let hook = cuhook::hooks::Hook::new(symbol, replacement, original).expect("a valid hook");
+    cuhook::hooks::HookSet::new(name, vec![hook]).expect("a valid set")
+}
+
+/// A fixture library's path, for `dlopen`.
+pub fn fixture_path(lib: &str) -> std::ffi::CString {
+    std::ffi::CString::new(fixtures_dir().join(lib).to_str().expect("UTF-8 path"))
+        .expect("no NUL in the path")
+}
+
 /// What one fixture process printed.
 #[derive(Debug)]
 pub struct Run {
