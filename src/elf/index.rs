@@ -80,7 +80,7 @@ pub struct Slot {
 struct NamedSlot {
     name: (u32, u32),
     version: Option<(u32, u32)>,
-    /// The name's GNU hash (filled in by [`ObjectIndex::from_room`]).
+    /// The name's GNU hash.
     hash: u32,
     slot: Slot,
 }
@@ -252,14 +252,11 @@ impl ObjectIndex {
         let arena = room.arena[part.arena.clone()].to_vec();
         let mut entries: Vec<NamedSlot> = room.entries[part.entries.clone()]
             .iter()
-            .map(|e| {
-                let name = rebase(e.name);
-                NamedSlot {
-                    name,
-                    version: e.version.map(rebase),
-                    hash: gnu_hash(name_of(&arena, name)),
-                    slot: e.slot,
-                }
+            .map(|e| NamedSlot {
+                name: rebase(e.name),
+                version: e.version.map(rebase),
+                hash: e.hash,
+                slot: e.slot,
             })
             .collect();
         // DT_RELA may cover DT_JMPREL on some linkers: keep each slot once, as a `JUMP_SLOT`
@@ -548,18 +545,18 @@ fn index_tables(
                 let Some(sym) = tables.sym_addr(sym_index).and_then(|a| img.read::<Sym>(a)) else {
                     return Ok(());
                 };
-                // Found through the hash table: the name is the wanted one it matched (read
-                // and compared then); otherwise read it and ask.
-                let name = match indexes {
-                    Some(ix) => name_at(ix, sym_index).map(|n| n.0),
-                    None => tables.string(&img, sym.st_name as usize),
+                // Found through the hash table: the name (and its hash) is the wanted one it
+                // matched (read and compared then); otherwise read it and ask.
+                let named = match indexes {
+                    Some(ix) => name_at(ix, sym_index),
+                    None => tables
+                        .string(&img, sym.st_name as usize)
+                        .filter(|n| by_name(n))
+                        .map(|n| (n, gnu_hash(n))),
                 };
-                let Some(name) = name else {
+                let Some((name, hash)) = named.filter(|(n, _)| !n.is_empty()) else {
                     return Ok(());
                 };
-                if name.is_empty() || (indexes.is_none() && !by_name(name)) {
-                    return Ok(());
-                }
                 let (false, Some(kind)) = (in_code, slot_kind) else {
                     part.text_references += 1;
                     return Ok(());
@@ -581,7 +578,7 @@ fn index_tables(
                     NamedSlot {
                         name,
                         version,
-                        hash: 0,
+                        hash,
                         slot: Slot {
                             address,
                             kind,

@@ -151,8 +151,9 @@ pub(crate) fn wanted_indexes(
     Ok(true)
 }
 
-/// How many symbols precede the hashed ones of a GNU hash table: the imports are among them. Normally `symoffset`; but a table that hashes no symbol at all (an executable that
-/// exports nothing) leaves `symoffset` meaningless, and aarch64's GNU ld writes 1 there (x86-64's
+/// How many symbols precede the hashed ones of a GNU hash table: the imports are among them.
+/// Normally `symoffset`; but a table that hashes no symbol at all (an executable that exports
+/// nothing) leaves `symoffset` meaningless, and aarch64's GNU ld writes 1 there (x86-64's
 /// writes the symbol count): then every symbol is unhashed, and their count is bounded by where
 /// `.dynstr` starts (it follows `.dynsym` in GNU ld's and gold's layout; a bound too large only
 /// reads more names) or by a SysV table's `nchain`.

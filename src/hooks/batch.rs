@@ -279,33 +279,14 @@ impl<O: BatchObject> Batch<O> {
                     let (_, address, expected, new) = writes[group[j]];
                     (address, expected, new)
                 };
-                let readable = match stale_ok.then(|| maps.at(page)) {
-                    None => Ok(()),
-                    Some(Ok(p)) if p.contains(region::Protection::READ) => Ok(()),
-                    // Not readable, or no mapping there at all.
-                    Some(Ok(_)) => Err(WriteFailure::Unreadable),
-                    Some(Err(crate::Error::QueryProtection { errno, .. }))
-                        if errno == libc::ENOMEM =>
-                    {
-                        Err(WriteFailure::Unreadable)
-                    }
-                    Some(Err(crate::Error::QueryProtection { errno, .. })) => {
-                        Err(WriteFailure::Query(errno))
-                    }
-                    Some(Err(_)) => Err(WriteFailure::Query(libc::EINVAL)),
-                };
-                let done = if let Err(failure) = readable {
-                    Err(failure)
-                } else {
-                    // SAFETY: validated slots (aligned, inside the object, readable as when
-                    // their values were read for the plan, or just confirmed readable) of one
-                    // object pinned or listed under the loader's lock, all on one page; the
-                    // caller holds the patch lock; `maps` has room, so nothing allocates.
-                    unsafe {
-                        compare_and_write_page(maps, group.len(), slot, |j, found| {
-                            outcomes[group[j]] = Some(Ok((found, Ok(()))));
-                        })
-                    }
+                // SAFETY: validated slots (aligned, inside the object, readable as when their
+                // values were read for the plan, or confirmed readable first when `stale_ok`)
+                // of one object pinned or listed under the loader's lock, all on one page; the
+                // caller holds the patch lock; `maps` has room, so nothing allocates.
+                let done = unsafe {
+                    compare_and_write_page(maps, group.len(), stale_ok, slot, |j, found| {
+                        outcomes[group[j]] = Some(Ok((found, Ok(()))));
+                    })
                 };
                 match done {
                     Ok(Ok(())) => {}

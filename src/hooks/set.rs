@@ -145,8 +145,8 @@ pub struct HookSet {
     pub(crate) name: String,
     /// Shared: the engine takes the list for every batch it patches.
     pub(crate) hooks: std::sync::Arc<[Hook]>,
-    /// Each hook's symbol hash, in hook order: a patch passes over the hooks a new library has
-    /// nothing to do with by reading these alone.
+    /// Each hook's symbol hash, in hook order: whether a new library may define a hook's
+    /// function is asked by hash.
     pub(crate) hashes: std::sync::Arc<[u32]>,
     /// (hash, hook position), sorted: the hooks an imported name may belong to, found by a
     /// binary search from the name's hash.

@@ -154,10 +154,7 @@ unsafe fn on_writable_page<R>(
     address: usize,
     work: impl FnOnce(&WritablePage) -> R,
 ) -> std::result::Result<(R, std::result::Result<(), LeftWritable>), WriteFailure> {
-    let protection = maps.at(address).map_err(|e| match e {
-        Error::QueryProtection { errno, .. } => WriteFailure::Query(errno),
-        _ => WriteFailure::Query(libc::EINVAL),
-    })?;
+    let protection = protection_of(maps, address)?;
     let size = region::page::size();
     let page = WritablePage {
         page: page_start(address, size),
@@ -181,23 +178,43 @@ unsafe fn on_writable_page<R>(
     Ok((result, restored))
 }
 
+/// The protection of the page holding `address`.
+fn protection_of(maps: &ProtectionMap, address: usize) -> Result<Protection, WriteFailure> {
+    maps.at(address).map_err(|e| match e {
+        Error::QueryProtection { errno, .. } => WriteFailure::Query(errno),
+        _ => WriteFailure::Query(libc::EINVAL),
+    })
+}
+
 /// Compare-and-write `n` slots that share one page (`slot(i)`: address, expected, new), under
 /// one change of the page's protection; `each(i, found)` is told what each swap found. When no
 /// slot holds its expected value there is nothing to write, and the page's protection is not
-/// touched at all (the recheck after a patch, nearly always). Returns whether the protection
-/// was put back, or why the page could not be written (then no slot was).
+/// touched at all (the recheck after a patch, nearly always). `stale`: the slots may no longer
+/// be readable (journal entries of an object that may have been replaced since they were
+/// written), so the page is confirmed readable with the kernel before they are read, and fails
+/// as `Unreadable` if it is not. Returns whether the protection was put back, or why the page
+/// could not be written (then no slot was).
 ///
 /// # Safety
-/// Every address is an aligned, readable 8-byte slot on one page of an object that stays
-/// mapped during the call; the caller holds the engine's patch lock.
+/// Every address is an aligned 8-byte slot on one page of an object that stays mapped during
+/// the call, readable unless `stale`; the caller holds the engine's patch lock.
 pub unsafe fn compare_and_write_page(
     maps: &ProtectionMap,
     n: usize,
+    stale: bool,
     slot: impl Fn(usize) -> (usize, usize, usize),
     mut each: impl FnMut(usize, SlotWrite),
 ) -> std::result::Result<std::result::Result<(), LeftWritable>, WriteFailure> {
     if n == 0 {
         return Ok(Ok(()));
+    }
+    if stale {
+        match protection_of(maps, slot(0).0) {
+            Ok(p) if p.contains(Protection::READ) => {}
+            // Not readable, or no mapping there at all.
+            Ok(_) | Err(WriteFailure::Query(libc::ENOMEM)) => return Err(WriteFailure::Unreadable),
+            Err(f) => return Err(f),
+        }
     }
     // SAFETY: readable slots (the caller's promise).
     let actual = |i: usize| unsafe { read_slot(slot(i).0) };

@@ -136,7 +136,7 @@ fn slots_sharing_a_page_are_written_under_one_protection_change() {
     let slot = |i: usize| (p.base() + offsets[i], offsets[i], 0x5000 + i);
     // SAFETY: aligned words of one page of our own mapping; this test is its only writer.
     let restored = unsafe {
-        compare_and_write_page(&maps, offsets.len(), slot, |i, w| {
+        compare_and_write_page(&maps, offsets.len(), false, slot, |i, w| {
             if i == 0 {
                 // Writable while the page's slots are written, and only this page.
                 assert_eq!(
@@ -188,7 +188,7 @@ fn a_page_with_nothing_to_write_keeps_its_protection_untouched() {
     let mut found = Vec::new();
     // SAFETY: aligned, readable words of our own mapping.
     let nothing =
-        unsafe { compare_and_write_page(&maps, 2, |i| slots[i], |i, w| found.push((i, w))) };
+        unsafe { compare_and_write_page(&maps, 2, false, |i| slots[i], |i, w| found.push((i, w))) };
     assert_eq!(
         nothing,
         Ok(Ok(())),
@@ -204,7 +204,7 @@ fn a_page_with_nothing_to_write_keeps_its_protection_untouched() {
     // The same page with a slot to write: the protection change is tried, and refused.
     let slots = [(base + 8, 999, 1), (base + 16, 16, 2)];
     // SAFETY: as above.
-    let refused = unsafe { compare_and_write_page(&maps, 2, |i| slots[i], |_, _| ()) };
+    let refused = unsafe { compare_and_write_page(&maps, 2, false, |i| slots[i], |_, _| ()) };
     assert_eq!(refused, Err(WriteFailure::Protect(libc::EACCES)));
     // SAFETY: as above.
     assert_eq!(unsafe { read_slot(base + 16) }, 16);

@@ -15,8 +15,8 @@ use crate::hooks::set::Hook;
 
 use super::State;
 
-/// An installed set as a patch takes it: its id, hooks and their symbols' hashes (shared).
-/// A set's id, hooks, their name hashes, and (hash, hook position) sorted by hash.
+/// An installed set as a patch takes it (shared): its id, hooks, their names' hashes in hook
+/// order, and (hash, hook position) sorted by hash.
 type SetHooks = (u64, Arc<[Hook]>, Arc<[u32]>, Arc<[(u32, u32)]>);
 
 /// One slot write decided before any write is made.
