@@ -66,12 +66,16 @@ const FIRST_CHUNK: usize = 4;
 const MAX_CHUNK: usize = 1 << 13;
 const MAX_CHUNK_BYTES: usize = 1 << 20;
 
+/// `repr(C)` with the free list first: the hooks' pool case pops and pushes it, and it then
+/// shares a cache line with the writer state around it (`write.rs`, `Writer`).
+#[repr(C)]
 pub(super) struct Slab<T> {
+    free: Vec<Ptr<T>>,
     chunks: Vec<NonNull<[T]>>,
     /// Elements of the last chunk handed out so far.
     used: usize,
-    free: Vec<Ptr<T>>,
-    /// Elements currently handed out (for tests and stats).
+    /// Elements currently handed out (tests check for leaks with it).
+    #[cfg(test)]
     live: usize,
 }
 
@@ -82,9 +86,10 @@ unsafe impl<T: Sync> Send for Slab<T> {}
 impl<T: Fresh> Slab<T> {
     pub(super) const fn new() -> Self {
         Slab {
+            free: Vec::new(),
             chunks: Vec::new(),
             used: 0,
-            free: Vec::new(),
+            #[cfg(test)]
             live: 0,
         }
     }
@@ -94,7 +99,10 @@ impl<T: Fresh> Slab<T> {
     /// pool's steady state) is inlined into the caller; carving a fresh one is not.
     #[inline]
     pub(super) fn alloc(&mut self) -> Ptr<T> {
-        self.live += 1;
+        #[cfg(test)]
+        {
+            self.live += 1;
+        }
         match self.free.pop() {
             Some(p) => p,
             None => self.carve(),
@@ -121,7 +129,10 @@ impl<T: Fresh> Slab<T> {
 
     /// Returns an element for reuse. Readers may still be reading it; they will fail validation.
     pub(super) fn free(&mut self, p: Ptr<T>) {
-        self.live -= 1;
+        #[cfg(test)]
+        {
+            self.live -= 1;
+        }
         self.free.push(p);
     }
 

@@ -14,37 +14,44 @@ use super::table::{index, slot_of, target, Bucket, Table, Top, EMPTY, LEAF, REC}
 use super::{Allocation, InsertOutcome, Registry, Removed};
 
 /// Writer state, under the lock.
+///
+/// `repr(C)` with the fields an allocation hook's pool case touches first (`insert_pool`,
+/// `unlink_single`): they share the cache line of the lock word that precedes them, so a hook
+/// running after the driver has evicted it from the first-level cache misses on two lines of
+/// writer state instead of five (`benches/footprint.sh`).
+#[repr(C)]
 pub(super) struct Writer {
-    /// The top table (also published in `Registry::read`), owned here.
-    top: Option<NonNull<Top>>,
-    pub(super) tables: Slab<Table>,
-    pub(super) buckets: Slab<Bucket>,
-    pub(super) recs: Slab<Record>,
+    /// The leaf table last descended to, and its block's first address: consecutive edits in one
+    /// 2 MiB block (a pool's) skip the descent. Forgotten when that table is freed.
+    pub(super) leaf: Option<(usize, Ptr<Table>)>,
     next_seq: u64,
     count: usize,
     /// Bytes in live ranges, modulo 2^64: the ranges are disjoint, so the true total is at most
     /// 2^64, and the one value that wraps (exactly 2^64, read as 0 with ranges live) is
     /// published as `usize::MAX` ([`Writer::live_bytes`]).
     live: usize,
+    pub(super) recs: Slab<Record>,
+    /// Whether inserts are taken. Cleared together with the table by [`Registry::close`], under
+    /// this lock, so that an insert racing with it (a hook that saw the registry attached just
+    /// before the uninstall) cannot land after the clear and stay for good.
+    open: bool,
+    /// True while a table is being built aside (not yet linked): tables linked into it then get
+    /// no `base` and become no hint (`edit.rs`, `link_table`).
+    pub(super) aside: bool,
+    // The rest is for the general paths.
+    /// The top table (also published in `Registry::read`), owned here.
+    top: Option<NonNull<Top>>,
+    pub(super) tables: Slab<Table>,
+    pub(super) buckets: Slab<Bucket>,
     missed: u64,
     /// Ranges an edit touches (scratch).
     hits: Vec<Ptr<Record>>,
     /// A shared granule's ranges being rebuilt (scratch).
     pub(super) granule: Vec<Ptr<Record>>,
-    /// The leaf table last descended to, and its block's first address: consecutive edits in one
-    /// 2 MiB block (a pool's) skip the descent. Forgotten when that table is freed.
-    pub(super) leaf: Option<(usize, Ptr<Table>)>,
     /// The level-1 table readers may start from (`ReadSide::hint`), set when one is linked.
     pub(super) hint: Option<Ptr<Table>>,
     /// The level-3 table readers may start from (`ReadSide::near`), set when one is linked.
     pub(super) near: Option<Ptr<Table>>,
-    /// True while a table is being built aside (not yet linked): tables linked into it then get
-    /// no `base` and become no hint (`edit.rs`, `link_table`).
-    pub(super) aside: bool,
-    /// Whether inserts are taken. Cleared together with the table by [`Registry::close`], under
-    /// this lock, so that an insert racing with it (a hook that saw the registry attached just
-    /// before the uninstall) cannot land after the clear and stay for good.
-    open: bool,
 }
 
 // SAFETY: the writer owns its top table and slabs like a `Box` and `Vec`s of `Sync` elements; it
