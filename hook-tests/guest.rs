@@ -429,3 +429,86 @@ fn the_decoders_import_nothing_from_the_host() {
         .collect();
     assert!(leaked.is_empty(), "{leaked:?}");
 }
+
+/// The statics an allocation hook reads on every call (the registry, its attached flag, the
+/// subscriber list, the hook's original) are addressed directly, not through the GOT. rustc
+/// gives a static a GOT entry when another crate could reach it (an inlinable public function
+/// touching it, a public table pointing at it), and the hook then loads its address from there
+/// first: one more instruction and one more cache line per call (`benches/footprint.sh`).
+#[test]
+fn the_hooks_reach_their_statics_without_the_got() {
+    let lib = common::libcuhook();
+    let readelf = |args: &[&str]| {
+        let out = std::process::Command::new("readelf")
+            .args(args)
+            .arg(&lib)
+            .output()
+            .expect("readelf (binutils) runs");
+        assert!(out.status.success(), "readelf {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    // Legacy-mangled paths: `cuhook::registry::global::GLOBAL` is `..8registry6global6GLOBAL17h..`.
+    let wanted = [
+        "8registry6global6GLOBAL17h",
+        "8registry6global8ATTACHED17h",
+        "6events11SUBSCRIBERS17h",
+        "15cuMemAllocAsync8ORIGINAL17h",
+        "14cuMemFreeAsync8ORIGINAL17h",
+    ];
+    // Symbol table lines: `Num: Value Size Type Bind Vis Ndx Name`.
+    let symbols = readelf(&["-sW"]);
+    let found: Vec<(&str, u64)> = symbols
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let w = wanted
+                .iter()
+                .find(|w| f.get(7).is_some_and(|n| n.contains(*w)))?;
+            Some((*w, hex(f[1])?))
+        })
+        .collect();
+    for w in wanted {
+        assert!(
+            found.iter().any(|(f, _)| *f == w),
+            "no symbol matching {w} in {} (stripped?)",
+            lib.display()
+        );
+    }
+    // Section lines: `[Nr] Name Type Address Off Size ...`.
+    let sections = readelf(&["-SW"]);
+    let got: Vec<(u64, u64)> = sections
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(']').nth(1)?.split_whitespace().collect();
+            (f.first() == Some(&".got")).then(|| {
+                let at = hex(f[2]).unwrap();
+                (at, at + hex(f[4]).unwrap())
+            })
+        })
+        .collect();
+    assert!(!got.is_empty(), "no .got section:\n{sections}");
+    // Relocation lines: `Offset Info Type Symbol-value [Name + Addend]`; a GOT entry holding a
+    // static's address is a RELATIVE relocation whose addend is that address.
+    let relocations = readelf(&["-rW"]);
+    let mut relative = 0;
+    let mut through_got = Vec::new();
+    for l in relocations.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() != 4 || !f[2].ends_with("_RELATIVE") {
+            continue;
+        }
+        let (Some(at), Some(target)) = (hex(f[0]), hex(f[3])) else {
+            continue;
+        };
+        relative += 1;
+        if got.iter().any(|&(lo, hi)| (lo..hi).contains(&at)) {
+            through_got.extend(found.iter().filter(|(_, a)| *a == target).map(|(w, _)| *w));
+        }
+    }
+    assert!(
+        relative > 0,
+        "no RELATIVE relocations parsed:\n{relocations:.2000}"
+    );
+    assert!(through_got.is_empty(), "GOT entries for {through_got:?}");
+}

@@ -95,13 +95,18 @@ pub fn subscribe_with_existing(
 /// let on_stack = 0u64;
 /// assert!(cuhook::lookup(&on_stack as *const u64 as usize).is_none());
 /// ```
+///
+/// One call from another crate, and inside it the registry's lookup inlined against its static
+/// (see [`registry::global`] for why that static is kept out of other crates' reach).
+#[inline(never)]
 pub fn lookup(ptr: usize) -> Option<Allocation> {
-    registry::global().lookup(ptr)
+    registry::hot().lookup(ptr)
 }
 
 /// The allocation containing all of `[ptr, ptr + len)`, from the registry alone.
+#[inline(never)]
 pub fn lookup_span(ptr: usize, len: usize) -> Option<Allocation> {
-    registry::global().lookup_span(ptr, len)
+    registry::hot().lookup_span(ptr, len)
 }
 
 /// Every hooked CUDA symbol.

@@ -99,6 +99,13 @@ def main():
         hit = [n for a, s, n in syms if a <= off < a + max(s, 1)]
         return hit[0][:60] if hit else f"{off:#x}"
 
+    funcs = Counter()
+    for line in code:
+        off = line * LINE - base
+        if 0 <= off < size:
+            hit = [n for a, s, n in syms if a <= off < a + max(s, 1)]
+            funcs[hit[0][:90] if hit else f"{off:#x}"] += 1
+    print(f"code lines in {lib.split('/')[-1]} by function: " + "; ".join(f"{n} {c}" for n, c in funcs.most_common()))
     print(f"data lines in {lib.split('/')[-1]} (offset in the object: what is there)")
     for line in sorted(data):
         off = line * LINE - base

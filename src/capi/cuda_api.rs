@@ -180,7 +180,7 @@ pub unsafe extern "C" fn cuhook_lookup(
                 what: "info is NULL",
             });
         }
-        match registry::global().lookup_span(address as usize, length) {
+        match registry::hot().lookup_span(address as usize, length) {
             Some(a) => {
                 fill_info(info, &a);
                 Ok(CUHOOK_OK)

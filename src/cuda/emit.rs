@@ -54,8 +54,8 @@ pub fn alloc(
     if address == 0 || size == 0 {
         return;
     }
-    let attached = registry::attached();
-    let subscribed = events::has_subscribers();
+    let attached = registry::attached_hot();
+    let subscribed = events::list().has_subscribers();
     if !attached && !subscribed {
         return;
     }
@@ -73,10 +73,10 @@ pub fn alloc(
         seq: 0,
     };
     if attached {
-        registry::global().insert(a);
+        registry::hot().insert(a);
     }
     if subscribed {
-        events::dispatch(&a.to_event());
+        events::list().dispatch(&a.to_event());
     }
 }
 
@@ -88,15 +88,15 @@ pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream:
     if address == 0 {
         return Pending::Nothing;
     }
-    let removed = if registry::attached() {
-        registry::global().remove_allocation(address)
+    let removed = if registry::attached_hot() {
+        registry::hot().remove_allocation(address)
     } else {
         None
     };
     match removed {
         Some(record) => {
-            if events::has_subscribers() {
-                events::dispatch(&free_event(
+            if events::list().has_subscribers() {
+                events::list().dispatch(&free_event(
                     api,
                     &record,
                     record.start,
@@ -127,8 +127,8 @@ fn unknown_free(api: &'static CStr, address: usize, extra_flags: u32, stream: us
             record.flags = flags::PINNED_HOST;
         }
         registry::note_unknown_free();
-        if events::has_subscribers() {
-            events::dispatch(&free_event(
+        if events::list().has_subscribers() {
+            events::list().dispatch(&free_event(
                 api,
                 &record,
                 d.base,
@@ -154,10 +154,10 @@ pub fn unmap_before(api: &'static CStr, address: usize, size: usize) -> Pending 
     if address == 0 || size == 0 {
         return Pending::Nothing;
     }
-    match registry::global().lookup(address) {
+    match registry::hot().lookup(address) {
         Some(r) => {
             let ev = free_event(api, &r, address, size, flags::VMM, 0);
-            events::dispatch(&ev);
+            events::list().dispatch(&ev);
             Pending::AnnouncedSpan(ev)
         }
         None => {
@@ -195,14 +195,14 @@ fn free_event(
 /// nothing, and they go back.
 pub fn purge_before(api: &'static CStr, pred: impl Fn(&Allocation) -> bool) -> Pending {
     query::contexts_changed();
-    if registry::global().is_empty() {
+    if registry::hot().is_empty() {
         return Pending::Nothing;
     }
     let mut purged = Vec::new();
-    registry::global().purge(
+    registry::hot().purge(
         |a| a.flags & flags::VMM == 0 && pred(a),
         |a| {
-            events::dispatch(&free_event(api, &a, a.start, a.size, flags::PURGED, 0));
+            events::list().dispatch(&free_event(api, &a, a.start, a.size, flags::PURGED, 0));
             purged.push(a);
         },
     );
@@ -249,7 +249,7 @@ pub fn global(
     kind: Global,
     announce: Announce,
 ) {
-    if address == 0 || !registry::attached() {
+    if address == 0 || !registry::attached_hot() {
         return;
     }
     // The caller may pass no size output: then the driver's range of the address tells.
@@ -260,7 +260,7 @@ pub fn global(
         },
         s => s,
     };
-    if let Some(known) = registry::global().lookup(address) {
+    if let Some(known) = registry::hot().lookup(address) {
         if known.start == address && known.size == size && known.flags & flags::GLOBAL != 0 {
             return;
         }
@@ -277,9 +277,9 @@ pub fn global(
         ev.context = ctx as usize;
         ev.device = query::device_of(ctx);
     }
-    registry::global().insert(Allocation::from_event(&ev));
-    if announce == Announce::Dispatch && events::has_subscribers() {
-        events::dispatch(&ev);
+    registry::hot().insert(Allocation::from_event(&ev));
+    if announce == Announce::Dispatch && events::list().has_subscribers() {
+        events::list().dispatch(&ev);
     }
 }
 
@@ -317,8 +317,8 @@ pub fn graph_alloc(api: &'static CStr, address: usize, size: usize, device: Opti
     if address == 0 || size == 0 {
         return;
     }
-    let attached = registry::attached();
-    let subscribed = events::has_subscribers();
+    let attached = registry::attached_hot();
+    let subscribed = events::list().has_subscribers();
     if !attached && !subscribed {
         return;
     }
@@ -334,10 +334,10 @@ pub fn graph_alloc(api: &'static CStr, address: usize, size: usize, device: Opti
         0
     };
     if attached {
-        registry::global().insert(Allocation::from_event(&ev));
+        registry::hot().insert(Allocation::from_event(&ev));
     }
     if subscribed {
-        events::dispatch(&ev);
+        events::list().dispatch(&ev);
     }
 }
 
@@ -345,10 +345,10 @@ pub fn graph_alloc(api: &'static CStr, address: usize, size: usize, device: Opti
 /// announced as a free (flagged GLOBAL and PURGED) before the unload.
 #[cold]
 pub fn unload_before(api: &'static CStr, owner: usize) -> Pending {
-    if owner != 0 && !registry::global().is_empty() {
-        registry::global().purge(
+    if owner != 0 && !registry::hot().is_empty() {
+        registry::hot().purge(
             |a| a.flags & flags::GLOBAL != 0 && a.pool == owner,
-            |a| events::dispatch(&free_event(api, &a, a.start, a.size, flags::PURGED, 0)),
+            |a| events::list().dispatch(&free_event(api, &a, a.start, a.size, flags::PURGED, 0)),
         );
     }
     Pending::Nothing
@@ -376,14 +376,14 @@ pub fn settle(pending: Pending, ok: bool) {
                 let mut ev = free;
                 ev.kind = EventKind::Alloc;
                 ev.flags |= flags::EXISTING;
-                events::dispatch(&ev);
+                events::list().dispatch(&ev);
             }
         }
         Pending::Unknown(ev) => {
             if ok {
                 unmapped(&ev);
                 registry::note_unknown_free();
-                events::dispatch(&ev);
+                events::list().dispatch(&ev);
             }
         }
         Pending::Purged(ranges) => purged(ManuallyDrop::into_inner(ranges), ok),
@@ -392,8 +392,8 @@ pub fn settle(pending: Pending, ok: bool) {
 
 /// After a successful unmap (a span event, size > 0), the span leaves the registry.
 fn unmapped(ev: &MemEvent) {
-    if ev.flags & flags::VMM != 0 && ev.size != 0 && registry::attached() {
-        registry::global().remove(ev.address, ev.size);
+    if ev.flags & flags::VMM != 0 && ev.size != 0 && registry::attached_hot() {
+        registry::hot().remove(ev.address, ev.size);
     }
 }
 
@@ -411,10 +411,10 @@ fn purged(ranges: Vec<Allocation>, ok: bool) {
 #[cold]
 fn refused(record: &Allocation) {
     registry::note_failed_free();
-    if registry::attached() {
-        registry::global().insert(*record);
+    if registry::attached_hot() {
+        registry::hot().insert(*record);
     }
     let mut ev = record.to_event();
     ev.flags |= flags::EXISTING;
-    events::dispatch(&ev);
+    events::list().dispatch(&ev);
 }

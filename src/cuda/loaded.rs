@@ -86,7 +86,7 @@ unsafe fn loaded(
     kind: Global,
 ) {
     let scan = managed_scan();
-    if owner == 0 || scan == ManagedScan::Off || !registry::attached() {
+    if owner == 0 || scan == ManagedScan::Off || !registry::attached_hot() {
         return;
     }
     // SAFETY: the image of a successful load (caller).

@@ -83,8 +83,11 @@ pub struct HookInfo {
     pub group: Group,
     /// Address of the hook function.
     pub replacement: fn() -> usize,
-    /// Where the engine publishes the original.
-    pub original: &'static std::sync::atomic::AtomicUsize,
+    /// Where the engine publishes the original. A function rather than the reference itself:
+    /// a static that another crate could reach through this table gets a GOT entry, and the
+    /// hook would load its original's address from there, one more cache line per call
+    /// (`benches/footprint.sh`).
+    pub original: fn() -> &'static std::sync::atomic::AtomicUsize,
 }
 
 /// Read an output pointer the real call has just filled.
@@ -196,12 +199,19 @@ macro_rules! cuda_hooks {
                 pub fn address() -> usize {
                     hook as *const () as usize
                 }
+
+                /// Where the engine publishes the original (not inlinable: see
+                /// [`HookInfo::original`]).
+                #[inline(never)]
+                pub fn original() -> &'static std::sync::atomic::AtomicUsize {
+                    &ORIGINAL
+                }
             }
         )*
 
         /// Every row of the table.
         pub static HOOKS: &[HookInfo] = &[
-            $( HookInfo { symbol: stringify!($sym), base: $base, group: Group::$group, replacement: $sym::address, original: &$sym::ORIGINAL }, )*
+            $( HookInfo { symbol: stringify!($sym), base: $base, group: Group::$group, replacement: $sym::address, original: $sym::original }, )*
         ];
     };
 }

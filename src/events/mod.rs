@@ -49,7 +49,19 @@ static SUBSCRIBERS: std::sync::LazyLock<SubscriberList> =
     std::sync::LazyLock::new(SubscriberList::new);
 
 /// The process-wide subscriber list that the CUDA hooks dispatch to.
+///
+/// Not inlinable into other crates, and every public function here goes through it: a static
+/// that another crate's code could name gets a GOT entry, and the hooks would then load its
+/// address from there, one more cache line per hooked call (`benches/footprint.sh`). The hooks
+/// use [`list`] instead.
+#[inline(never)]
 pub fn subscribers() -> &'static SubscriberList {
+    list()
+}
+
+/// [`subscribers`] for the hooks (inlined, the static addressed directly).
+#[inline(always)]
+pub(crate) fn list() -> &'static SubscriberList {
     &SUBSCRIBERS
 }
 
@@ -60,7 +72,7 @@ pub fn subscribe(
     callback: Callback,
     context: usize,
 ) -> Result<SubscriptionId> {
-    SUBSCRIBERS.subscribe(mask, priority, callback, context)
+    subscribers().subscribe(mask, priority, callback, context)
 }
 
 /// [`SubscriberList::subscribe_with_replay`] on the process-wide list.
@@ -74,7 +86,7 @@ pub fn subscribe_with_replay<F>(
 where
     F: FnOnce(&mut dyn FnMut(&MemEvent)),
 {
-    SUBSCRIBERS.subscribe_with_replay(mask, priority, callback, context, replay)
+    subscribers().subscribe_with_replay(mask, priority, callback, context, replay)
 }
 
 /// [`SubscriberList::unsubscribe`] on the process-wide list. Matching by `(callback, context)`
@@ -82,28 +94,26 @@ where
 /// the [`SubscriptionId`] (or the crate's `Subscription`) instead, because a function's address
 /// does not identify it: the linker may merge identical functions into one.
 pub fn unsubscribe(mask: u32, callback: Callback, context: usize) -> Result<()> {
-    SUBSCRIBERS.unsubscribe(mask, callback, context)
+    subscribers().unsubscribe(mask, callback, context)
 }
 
 /// [`SubscriberList::unsubscribe_id`] on the process-wide list.
 pub fn unsubscribe_id(id: SubscriptionId) -> Result<()> {
-    SUBSCRIBERS.unsubscribe_id(id)
+    subscribers().unsubscribe_id(id)
 }
 
 /// [`SubscriberList::dispatch`] on the process-wide list.
-#[inline]
 pub fn dispatch(ev: &MemEvent) {
-    SUBSCRIBERS.dispatch(ev)
+    subscribers().dispatch(ev)
 }
 
 /// Whether anyone is subscribed to the process-wide list (one load): hooks skip building events
 /// nobody receives.
-#[inline]
 pub fn has_subscribers() -> bool {
-    SUBSCRIBERS.has_subscribers()
+    subscribers().has_subscribers()
 }
 
 /// [`SubscriberList::stats`] of the process-wide list.
 pub fn stats() -> DispatchStats {
-    SUBSCRIBERS.stats()
+    subscribers().stats()
 }

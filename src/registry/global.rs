@@ -27,13 +27,30 @@ static UNKNOWN_FREES: AtomicU64 = AtomicU64::new(0);
 static FAILED_FREES: AtomicU64 = AtomicU64::new(0);
 
 /// The registry the CUDA hooks maintain.
+///
+/// Not inlinable into other crates (nor is [`attached`]): a static that another crate's code
+/// could name gets a GOT entry, and the hooks would then load its address from there, one more
+/// cache line per hooked call (`benches/footprint.sh`). The hooks use [`hot`] instead.
+#[inline(never)]
 pub fn global() -> &'static Registry {
-    &GLOBAL
+    hot()
 }
 
 /// Whether the hooks keep [`global`] current. Set by [`attach`] (the CUDA install does it).
-#[inline]
+#[inline(never)]
 pub fn attached() -> bool {
+    attached_hot()
+}
+
+/// [`global`] for the hooks (inlined, the static addressed directly).
+#[inline(always)]
+pub(crate) fn hot() -> &'static Registry {
+    &GLOBAL
+}
+
+/// [`attached`] for the hooks (inlined, the static addressed directly).
+#[inline(always)]
+pub(crate) fn attached_hot() -> bool {
     ATTACHED.load(Ordering::Relaxed)
 }
 

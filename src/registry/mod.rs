@@ -76,6 +76,7 @@ pub use global::{
     attach, attached, detach, global, note_failed_free, note_unknown_free, replay_existing, stats,
     RegistryStats,
 };
+pub(crate) use global::{attached_hot, hot};
 use table::{Table, Top};
 use write::Writer;
 

@@ -56,7 +56,7 @@ pub fn classifier() -> &'static Classifier<LibCuda> {
 /// What kind of memory `ptr` points to: the registry's record if it has one, else the driver's
 /// answer, else host.
 pub fn classify(ptr: usize) -> Classification {
-    match crate::registry::global().lookup(ptr) {
+    match crate::registry::hot().lookup(ptr) {
         Some(a) => Classification::from_allocation(a),
         None => GLOBAL.classify(ptr),
     }
