@@ -25,7 +25,11 @@ impl SubscriberList {
         }
     }
 
-    #[inline]
+    /// Not inlinable (into other crates, through the inlinable [`Self::dispatch`]): what it
+    /// reaches — the grace period's epoch and barrier mode — would otherwise become statics
+    /// other crates can name, and every hooked call that dispatches would load their
+    /// addresses from the GOT (`docs/architecture.md`, "The path of one intercepted call").
+    #[inline(never)]
     fn dispatch_to_snapshot(&self, ev: &MemEvent) {
         let Some(section) = Section::enter() else {
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
@@ -95,14 +99,21 @@ impl SubscriberList {
                 flags: ev.flags | flags::EXISTING,
                 ..*ev
             };
-            match Section::enter() {
-                Some(section) => self.invoke(&section, &entry, &ev, bit),
-                None => {
-                    self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                }
-            }
+            self.replay_one(&entry, &ev, bit);
         };
         replay(&mut emit);
         Ok(entry.id)
+    }
+
+    /// One replayed event to one new subscriber. Out of line for the reason
+    /// [`Self::dispatch_to_snapshot`] gives: the generic caller is inlinable into other crates.
+    #[inline(never)]
+    fn replay_one(&self, entry: &Subscriber, ev: &MemEvent, bit: u32) {
+        match Section::enter() {
+            Some(section) => self.invoke(&section, entry, ev, bit),
+            None => {
+                self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 }

@@ -88,6 +88,9 @@ pub(crate) fn init_writer() {
 }
 
 /// Whether readers get away with a compiler fence (for the docs and the benchmark report).
+/// Not inlinable into other crates, so that `ASYMMETRIC` stays out of their reach (and out of
+/// the GOT the dispatching hooks would otherwise read it through).
+#[inline(never)]
 pub fn asymmetric_barriers() -> bool {
     init_writer();
     ASYMMETRIC.load(Ordering::Relaxed)

@@ -53,7 +53,7 @@ static SUBSCRIBERS: std::sync::LazyLock<SubscriberList> =
 /// Not inlinable into other crates, and every public function here goes through it: a static
 /// that another crate's code could name gets a GOT entry, and the hooks would then load its
 /// address from there, one more cache line per hooked call (`benches/footprint.sh`). The hooks
-/// use [`list`] instead.
+/// use the crate-internal `list` instead.
 #[inline(never)]
 pub fn subscribers() -> &'static SubscriberList {
     list()

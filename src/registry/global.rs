@@ -30,7 +30,8 @@ static FAILED_FREES: AtomicU64 = AtomicU64::new(0);
 ///
 /// Not inlinable into other crates (nor is [`attached`]): a static that another crate's code
 /// could name gets a GOT entry, and the hooks would then load its address from there, one more
-/// cache line per hooked call (`benches/footprint.sh`). The hooks use [`hot`] instead.
+/// cache line per hooked call (`benches/footprint.sh`). Every public function here goes through
+/// it or is not inlinable either; the hooks use the crate-internal `hot` instead.
 #[inline(never)]
 pub fn global() -> &'static Registry {
     hot()
@@ -62,7 +63,7 @@ pub(crate) fn attached_hot() -> bool {
 /// The registry is not a subscriber: being updated in the hook itself costs no dispatch, and a
 /// process with no other subscriber pays nothing for events at all.
 pub fn attach() -> Result<()> {
-    if !GLOBAL.set_open(&ATTACHED, true) {
+    if !global().set_open(&ATTACHED, true) {
         protect_fork();
     }
     Ok(())
@@ -76,21 +77,25 @@ pub fn attach() -> Result<()> {
 /// just before cannot put a range back after the clear (it would have stayed for good, its free
 /// unseen).
 pub fn detach() {
-    GLOBAL.set_open(&ATTACHED, false);
+    global().set_open(&ATTACHED, false);
 }
 
 /// Feed every range the registry holds to `emit` as an alloc event: the replay a new subscriber
 /// that asks for existing allocations receives.
 pub fn replay_existing(emit: &mut dyn FnMut(&crate::events::MemEvent)) {
-    GLOBAL.for_each(|a| emit(&a.to_event()));
+    global().for_each(|a| emit(&a.to_event()));
 }
 
-/// A free of a pointer the registry never saw (allocated before install).
+/// A free of a pointer the registry never saw (allocated before install). Not inlinable into
+/// other crates (see [`global`]): the hooks call it.
+#[inline(never)]
 pub fn note_unknown_free() {
     UNKNOWN_FREES.fetch_add(1, Ordering::Relaxed);
 }
 
-/// A free that was announced but then refused by the driver.
+/// A free that was announced but then refused by the driver. Not inlinable into other crates
+/// (see [`global`]): the hooks call it.
+#[inline(never)]
 pub fn note_failed_free() {
     FAILED_FREES.fetch_add(1, Ordering::Relaxed);
 }
@@ -110,12 +115,13 @@ pub struct RegistryStats {
     pub failed_frees: u64,
 }
 
-/// The global registry's counters now.
+/// The global registry's counters now. Not inlinable into other crates (see [`global`]).
+#[inline(never)]
 pub fn stats() -> RegistryStats {
     RegistryStats {
-        live: GLOBAL.len(),
-        live_bytes: GLOBAL.live_bytes(),
-        missed_frees: GLOBAL.missed_frees(),
+        live: global().len(),
+        live_bytes: global().live_bytes(),
+        missed_frees: global().missed_frees(),
         unknown_frees: UNKNOWN_FREES.load(Ordering::Relaxed),
         failed_frees: FAILED_FREES.load(Ordering::Relaxed),
     }

@@ -190,6 +190,10 @@ pub struct Removed {
 }
 
 /// The address-range registry. `const`-constructible, so it can be a `static`.
+///
+/// `repr(C)`: the writer lock starts a cache line of its own (checked below), so that the lock
+/// word and the writer fields that follow it (`write.rs`, `Writer`) share one line.
+#[repr(C)]
 pub struct Registry {
     /// Read by every lookup; written once per write. Kept apart from the writer's lock word and
     /// counters so that locking does not invalidate the readers' line.
@@ -215,6 +219,10 @@ struct Stats {
     live_bytes: AtomicUsize,
     missed: AtomicU64,
 }
+
+// The writer lock begins a cache line (the two blocks before it are 128-byte aligned and sized).
+#[cfg(not(loom))]
+const _: () = assert!(core::mem::offset_of!(Registry, writer) % 64 == 0);
 
 impl Default for Registry {
     fn default() -> Self {
