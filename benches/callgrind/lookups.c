@@ -13,11 +13,7 @@
 
 #include "../../include/cuhook.h"
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef void *CUstream;
-CUresult cuInit(unsigned flags);
-CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream);
+#include "driver_api.h"
 
 int main(int argc, char **argv)
 {

@@ -9,12 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef void *CUstream;
-CUresult cuInit(unsigned flags);
-CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream);
-CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);
+#include "driver_api.h"
 
 int main(int argc, char **argv)
 {
