@@ -453,14 +453,8 @@ fn index_tables(
             // The loader writes this word only in a writable GOT: a DT_PLTGOT that points into
             // a segment declared otherwise (never dereferenced by glibc unless it binds lazily)
             // is not read, and the object counts as bound lazily.
-            let (r, wr) = (libc::PF_R, libc::PF_W);
             w.is_multiple_of(std::mem::align_of::<usize>())
-                && object.segments().any(|(s, e, flags)| {
-                    flags & (r | wr) == r | wr
-                        && s <= w
-                        && w.checked_add(std::mem::size_of::<usize>())
-                            .is_some_and(|end| end <= e)
-                })
+                && object.segment_holds(w, std::mem::size_of::<usize>(), libc::PF_R | libc::PF_W)
         });
     if tables.symtab == 0 {
         return Ok(finish(part, entries, arena));

@@ -66,8 +66,16 @@ impl LoadedObject {
 
     /// Whether `[addr, addr+len)` lies inside one loaded segment.
     pub fn contains_range(&self, addr: usize, len: usize) -> bool {
+        self.segment_holds(addr, len, 0)
+    }
+
+    /// Whether `[addr, addr+len)` lies inside one loaded segment whose `p_flags` include all
+    /// of `flags` (`PF_R`, `PF_W`, `PF_X`).
+    pub fn segment_holds(&self, addr: usize, len: usize, flags: u32) -> bool {
         match addr.checked_add(len) {
-            Some(end) => self.segments().any(|(s, e, _)| addr >= s && end <= e),
+            Some(end) => self
+                .segments()
+                .any(|(s, e, f)| f & flags == flags && addr >= s && end <= e),
             None => false,
         }
     }
