@@ -121,15 +121,16 @@ fn open_as_caller(
     if file.is_null() {
         return open(file);
     }
-    // Two `strchr` scans of the C string decide the common cases (a path without '$' is opened
-    // as it is) without measuring it first: on the `dlopen` of a library already loaded,
-    // `strlen` and two `memchr` calls were a fifth of all our work.
-    // SAFETY: dlopen's contract: a non-NULL file is a NUL-terminated string.
+    // `strchr` scans of the C string decide the common cases (a path without '$' is opened as it
+    // is) without measuring it first: on the `dlopen` of a library already loaded, `strlen` and
+    // two `memchr` calls were a fifth of all our work.
+    // SAFETY: dlopen's contract: a non-NULL file is a NUL-terminated string (so its first byte
+    // can be read).
     #[allow(unsafe_code)]
     let (dollar, slash) = unsafe {
         (
             !libc::strchr(file, c_int::from(b'$')).is_null(),
-            !libc::strchr(file, c_int::from(b'/')).is_null(),
+            *file == b'/' as c_char || !libc::strchr(file, c_int::from(b'/')).is_null(),
         )
     };
     if slash && !dollar {
