@@ -149,9 +149,14 @@ fn main() {
                 shared(&reg, t, shared_block),
                 shared(&mutex, t, shared_block),
             );
-            let p = if shared_block { f64::NAN } else { private(t) };
+            // A private map per thread has no shared block to write to: no column there.
+            let p = if shared_block {
+                format!("{:>7}", "-")
+            } else {
+                format!("{:7.1}", private(t))
+            };
             println!(
-                "  {layout:12} threads={t:2}  {}: {r:7.1}   {}: {m:7.1}   private BTreeMap: {p:7.1}",
+                "  {layout:12} threads={t:2}  {}: {r:7.1}   {}: {m:7.1}   private BTreeMap: {p}",
                 Registry::NAME,
                 <Mutex<BTreeMap<usize, Allocation>> as Shared>::NAME
             );
