@@ -111,24 +111,33 @@ fn run(o: &support::Options) {
         o.rounds
     );
     let fresh = CString::new(fresh.to_str().unwrap()).unwrap();
-    let pairs = std::env::var("BENCH_PAIRS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(50);
-    let (plain, hooked) = compare(&c, &set, &fresh, pairs, o.rounds);
-    report(
-        "dlopen+dlclose of a new library   ",
-        &plain,
-        &hooked,
-        "µs",
-        1.0,
-    );
-    // BENCH_ONLY=new skips the loaded-library comparison (for profiling the new-library path).
-    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "new") {
+    // BENCH_ONLY=new|loaded runs one of the two comparisons; BENCH_PAIRS and
+    // BENCH_LOADED_PAIRS set the pairs per round of each (benches/callgrind_loader.sh counts
+    // instructions as the slope between two such lengths).
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let count = |var: &str, default: usize| {
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    if only != "loaded" {
+        let pairs = count("BENCH_PAIRS", 50);
+        let (plain, hooked) = compare(&c, &set, &fresh, pairs, o.rounds);
+        report(
+            "dlopen+dlclose of a new library   ",
+            &plain,
+            &hooked,
+            "µs",
+            1.0,
+        );
+    }
+    if only == "new" {
         return;
     }
     let resident = CString::new(loaded[0].to_str().unwrap()).unwrap();
-    let (plain, hooked) = compare(&c, &set, &resident, 10_000, o.rounds);
+    let pairs = count("BENCH_LOADED_PAIRS", 10_000);
+    let (plain, hooked) = compare(&c, &set, &resident, pairs, o.rounds);
     report(
         "dlopen+dlclose of a loaded library",
         &plain,

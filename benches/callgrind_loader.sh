@@ -1,0 +1,69 @@
+#!/bin/sh
+# Instructions cuhook's loader path costs, counted with callgrind (deterministic, so it can be
+# re-checked on any machine; the timed figures come from `cargo bench --bench dlopen|install`):
+#
+#  - `dlopen`+`dlclose` of a library not loaded yet, and of one already loaded: instructions
+#    counted inside the fixture's dlcaller_open/dlcaller_close (so the real loader's work is in
+#    both sides), hooked minus plain, per pair. Each figure is a slope between two numbers of
+#    pairs per round, so start-up, the install of the set and the warm-up rounds cancel.
+#  - the first install of the set into N loaded libraries, and its uninstall (one run each).
+#
+#   benches/callgrind_loader.sh [N...]   dlopen with N loaded libraries (default 50), install at
+#                                        each N of INSTALL_N (default "300 1000")
+# Environment: BENCH_SET (default cuda: the ~80 names a preloaded libcuhook.so installs; "bench"
+# for the two-hook set), DLOPEN_BIN / INSTALL_BIN (bench binaries to count, e.g. built from an
+# older commit; default: built here), INSTALL_N.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
+newest() { ls -t "$root"/target/release/deps/"$1"-* | grep -v '\.d$' | head -1; }
+if [ -z "${DLOPEN_BIN:-}" ] || [ -z "${INSTALL_BIN:-}" ]; then
+    (cd "$root" && cargo bench --no-run --bench dlopen --bench install >/dev/null 2>&1)
+fi
+dl=${DLOPEN_BIN:-$(newest dlopen)}
+inst=${INSTALL_BIN:-$(newest install)}
+set_name=${BENCH_SET:-cuda}
+[ "$set_name" = bench ] && set_name=""
+rounds=4
+[ $# -gt 0 ] || set -- 50
+
+# Instructions inside the fixture's open/close wrappers in one run.
+# count SIDE ONLY VAR VALUE OBJECTS
+count() {
+    f=$(mktemp)
+    env BENCH_SET="$set_name" BENCH_SIDE="$1" BENCH_ONLY="$2" "$3=$4" valgrind --tool=callgrind \
+        --callgrind-out-file="$f" --toggle-collect=dlcaller_open --toggle-collect=dlcaller_close \
+        "$dl" --objects "$5" --maps 0 --rounds "$rounds" >/dev/null 2>&1
+    sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$f"
+    rm -f "$f"
+}
+# Hooked minus plain per pair. Both runs make the same pairs (a plain and a hooked warm-up round,
+# then `rounds` of their own side), so their difference is rounds x pairs x (hooked - plain).
+# added ONLY VAR A B OBJECTS
+added() {
+    ha=$(count hooked "$1" "$2" "$3" "$5"); hb=$(count hooked "$1" "$2" "$4" "$5")
+    pa=$(count plain "$1" "$2" "$3" "$5"); pb=$(count plain "$1" "$2" "$4" "$5")
+    echo $(( ((hb - ha) - (pb - pa)) / (($4 - $3) * rounds) ))
+}
+# Instructions of one install child's install (or uninstall).
+# once FUNCTION OBJECTS
+once() {
+    f=$(mktemp)
+    env BENCH_SET="$set_name" valgrind --tool=callgrind --callgrind-out-file="$f" \
+        --toggle-collect="$1" "$inst" --child --objects "$2" --maps 0 >/dev/null 2>&1
+    sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$f"
+    rm -f "$f"
+}
+
+echo "instructions cuhook adds per dlopen+dlclose pair (set: ${BENCH_SET:-cuda})"
+printf '%-16s %16s %16s\n' "loaded objects" "new library" "loaded library"
+for n in "$@"; do
+    printf '%-16s %16s %16s\n' "$n" "$(added new BENCH_PAIRS 20 60 "$n")" \
+        "$(added loaded BENCH_LOADED_PAIRS 1000 3000 "$n")"
+done
+echo "instructions of the first install of the set, and of its uninstall"
+printf '%-16s %16s %16s\n' "libraries" "install" "uninstall"
+for n in ${INSTALL_N-300 1000}; do
+    printf '%-16s %16s %16s\n' "$n" "$(once 'cuhook::hooks::install*' "$n")" \
+        "$(once 'cuhook::hooks::Installation::uninstall' "$n")"
+done
