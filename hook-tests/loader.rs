@@ -22,8 +22,8 @@ loader_tests! {
         "through_dependency_hooked", "constructor_opened_second", "opened_by_constructor_hooked",
         "late_constructors_reported", "plugin_after_uninstall", "second_after_uninstall", "no_slots_after_uninstall"];
     bare_names_use_the_callers_runpath: "runpath" => ["plain_dlopen_uses_runpath", "dlerror_clear_after_success",
-        "same_file_opened", "sub_library_works", "plain_origin_is_callers_dir", "origin_is_callers_dir", "missing_gives_null", "missing_same_dlerror", "dlerror_consumed",
-        "dlopen_null_is_main", "loaded_soname_wins"];
+        "same_file_opened", "sub_library_works", "plain_origin_is_callers_dir", "origin_is_callers_dir",
+        "missing_gives_null", "missing_same_dlerror", "dlerror_consumed", "dlopen_null_is_main", "loaded_soname_wins"];
     lookups_return_hooks_only_for_hooked_originals: "dlsym" => ["plain_rtld_next_is_y", "plain_next_foo", "plain_default_finds_local_dependency",
         "default_finds_local_dependency",
         "dlsym_handle_hooked", "dlsym_default_hooked", "dlsym_next_from_main_hooked", "dlvsym_hooked_version",
