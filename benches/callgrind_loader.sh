@@ -27,15 +27,22 @@ set_name=${BENCH_SET:-cuda}
 rounds=4
 [ $# -gt 0 ] || set -- 50
 
-# Instructions inside the fixture's open/close wrappers in one run.
-# count SIDE ONLY VAR VALUE OBJECTS
-count() {
+# Instructions callgrind collects in one run of a command (with its own toggle options).
+# total CALLGRIND_OPTION... COMMAND...
+total() {
     f=$(mktemp)
-    env BENCH_SET="$set_name" BENCH_SIDE="$1" BENCH_ONLY="$2" "$3=$4" valgrind --tool=callgrind \
-        --callgrind-out-file="$f" --toggle-collect=dlcaller_open --toggle-collect=dlcaller_close \
-        "$dl" --objects "$5" --maps 0 --rounds "$rounds" >/dev/null 2>&1
+    valgrind --tool=callgrind --callgrind-out-file="$f" "$@" >/dev/null 2>&1
     sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$f"
     rm -f "$f"
+}
+# Instructions inside the fixture's open/close wrappers in one dlopen bench run.
+# count SIDE ONLY VAR VALUE OBJECTS
+count() {
+    (
+        export BENCH_SET="$set_name" BENCH_SIDE="$1" BENCH_ONLY="$2" "$3=$4"
+        total --toggle-collect=dlcaller_open --toggle-collect=dlcaller_close \
+            "$dl" --objects "$5" --maps 0 --rounds "$rounds"
+    )
 }
 # Hooked minus plain per pair. Both runs make the same pairs (a plain and a hooked warm-up round,
 # then `rounds` of their own side), so their difference is rounds x pairs x (hooked - plain).
@@ -48,11 +55,10 @@ added() {
 # Instructions of one install child's install (or uninstall).
 # once FUNCTION OBJECTS
 once() {
-    f=$(mktemp)
-    env BENCH_SET="$set_name" valgrind --tool=callgrind --callgrind-out-file="$f" \
-        --toggle-collect="$1" "$inst" --child --objects "$2" --maps 0 >/dev/null 2>&1
-    sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$f"
-    rm -f "$f"
+    (
+        export BENCH_SET="$set_name"
+        total --toggle-collect="$1" "$inst" --child --objects "$2" --maps 0
+    )
 }
 
 echo "instructions cuhook adds per dlopen+dlclose pair (set: ${BENCH_SET:-cuda})"
