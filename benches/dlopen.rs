@@ -147,8 +147,8 @@ fn run(o: &support::Options) {
     );
     let d = cuhook::hooks::diagnostics();
     println!(
-        "engine: rescans={} quick_scans={} objects_indexed={}",
-        d.rescans, d.quick_scans, d.objects_indexed
+        "engine: rescans={} quick_scans={} direct_patches={} objects_indexed={}",
+        d.rescans, d.quick_scans, d.direct_patches, d.objects_indexed
     );
 }
 

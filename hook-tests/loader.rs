@@ -82,7 +82,9 @@ fn rtld_next_from_dlopened_libraries_is_glibcs() {
 /// In this process (the other tests run fixture processes): a `dlopen` that adds exactly one
 /// object is handled through the returned handle and its `dlclose` through `_dl_find_object`,
 /// without walking the loader's list; one that adds two objects (a library and its new
-/// dependency) takes the walk. Both patch and forget exactly as a walk would.
+/// dependency) takes the walk. Both patch and forget exactly as a walk would. The one new
+/// object is written directly (no batch planner) when its hooks are live and it was bound at
+/// load; opened `RTLD_LAZY` (its slot holds its own PLT stub), it goes through the planner.
 #[test]
 fn one_new_object_is_handled_without_a_walk() {
     use std::ffi::{c_char, c_int, c_void, CString};
@@ -101,7 +103,8 @@ fn one_new_object_is_handled_without_a_walk() {
     let path = |name: &str| CString::new(dir.join(name).to_str().unwrap()).unwrap();
     // SAFETY: fixture libraries built by build.rs; symbols looked up with their C types.
     unsafe {
-        for lib in ["libtarget.so", "libdlcaller.so"] {
+        // libsecond.so imports target_add: its slot, patched at install, makes the hook live.
+        for lib in ["libtarget.so", "libdlcaller.so", "libsecond.so"] {
             let h = libc::dlopen(path(lib).as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
             assert!(!h.is_null(), "{lib}");
         }
@@ -150,6 +153,25 @@ fn one_new_object_is_handled_without_a_walk() {
         let quick = cuhook::hooks::diagnostics();
         assert_eq!(quick.quick_scans, before.quick_scans + 6, "{quick}");
         assert_eq!(quick.rescans, before.rescans, "a walk was taken: {quick}");
+        assert_eq!(quick.direct_patches, before.direct_patches + 3, "{quick}");
+
+        // Lazily bound: the slot holds the plugin's own PLT stub, which only the planner
+        // resolves; the plugin is patched all the same.
+        let h = open(path("libplugin.so").as_ptr(), libc::RTLD_LAZY);
+        assert!(!h.is_null());
+        assert_eq!(slots_in("libplugin.so"), 1, "lazy plugin not patched");
+        let call: Call = std::mem::transmute(libc::dlsym(h, c"plugin_call".as_ptr()));
+        let calls = CALLS.load(Ordering::Relaxed);
+        assert_eq!(call(4, 5), 9);
+        assert_eq!(
+            CALLS.load(Ordering::Relaxed),
+            calls + 1,
+            "lazy plugin: hook not called"
+        );
+        assert_eq!(close(h), 0);
+        let lazy = cuhook::hooks::diagnostics();
+        assert_eq!(lazy.direct_patches, quick.direct_patches, "{lazy}");
+        assert_eq!(lazy.quick_scans, quick.quick_scans + 2, "{lazy}");
 
         // libplugin_dep.so brings libdep.so: two new objects, so the walk.
         let h = open(path("libplugin_dep.so").as_ptr(), libc::RTLD_NOW);
@@ -161,7 +183,7 @@ fn one_new_object_is_handled_without_a_walk() {
         assert_eq!(close(h), 0);
         assert_eq!(slots_in("libdep.so"), 0);
         let walked = cuhook::hooks::diagnostics();
-        assert!(walked.rescans > quick.rescans, "{walked}");
+        assert!(walked.rescans > lazy.rescans, "{walked}");
 
         installed.uninstall().unwrap();
     }

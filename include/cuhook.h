@@ -168,7 +168,8 @@ ptrdiff_t cuhook_patched_slots(cuhook_slot_info_t *out, size_t capacity);
  * <path>", "unpinnable <path>", "other_namespace <path>", "unreadable <why>", "conflict <object>
  * <symbol> slot= bound_to= original=", "foreign <object> <symbol> slot= found= ours=",
  * "text_relocations <path> references=N", "constructors_before_patch <path>", and last one
- * "counters resolver_races= objects_indexed= rescans= quick_scans= deferred_scans=".
+ * "counters resolver_races= rechecked_slots= objects_indexed= rescans= quick_scans=
+ * direct_patches= deferred_scans= pinned_by_name=".
  * Writes at most `len` bytes including the NUL; returns the full length. */
 ptrdiff_t cuhook_diagnostics(char *buf, size_t len);
 

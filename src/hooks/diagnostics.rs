@@ -75,6 +75,9 @@ pub struct Diagnostics {
     /// `dlopen`/`dlclose` calls whose one new or removed object was handled through its
     /// handle, without walking the loader's list.
     pub quick_scans: u64,
+    /// Objects a `dlopen` loaded that were patched directly (every hook they import already
+    /// live, each slot bound to its original, bound at load time), without the batch planner.
+    pub direct_patches: u64,
     /// Loader events that found the engine busy for too long and were left to the running
     /// operation's catch-up scan.
     pub deferred_scans: u64,
@@ -138,12 +141,13 @@ impl std::fmt::Display for Diagnostics {
         }
         writeln!(
             f,
-            "counters resolver_races={} rechecked_slots={} objects_indexed={} rescans={} quick_scans={} deferred_scans={} pinned_by_name={}",
+            "counters resolver_races={} rechecked_slots={} objects_indexed={} rescans={} quick_scans={} direct_patches={} deferred_scans={} pinned_by_name={}",
             self.resolver_races,
             self.rechecked_slots,
             self.objects_indexed,
             self.rescans,
             self.quick_scans,
+            self.direct_patches,
             self.deferred_scans,
             self.pinned_by_name
         )
@@ -166,6 +170,7 @@ impl Diagnostics {
             objects_indexed: 0,
             rescans: 0,
             quick_scans: 0,
+            direct_patches: 0,
             deferred_scans: 0,
             pinned_by_name: 0,
         }

@@ -3,8 +3,10 @@
 //!
 //! Rooms: `operation` (the lock, its fork handlers), `sync` (bringing the object cache up to
 //! date with the loader's list), `sets` (adding, stacking and restoring hook sets), `patching`
-//! (resolving originals, writing slots). The public operations below are built from them.
+//! (resolving originals, writing slots), `direct` (the common case of one object a `dlopen`
+//! loaded, written without the planner). The public operations below are built from them.
 
+mod direct;
 mod operation;
 mod patching;
 mod sets;

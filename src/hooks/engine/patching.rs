@@ -47,10 +47,8 @@ impl State {
         if batch.is_empty() {
             return 0;
         }
-        let complete = complete && self.hiding == 0;
-        let ids = few(self.sets.iter().map(|s| s.id));
         let mark = self.journal.mark();
-        let patched = self.patch_batch(&ids, &mut batch, complete);
+        let patched = self.patch_batch_new(&mut batch, complete);
         // The new objects whose constructors ran before they were patched (asked per object:
         // a batch of many is not compared entry by entry with every one of them).
         let late = &mut self.diag.constructors_before_patch;
@@ -60,6 +58,13 @@ impl State {
             }
         }
         patched
+    }
+
+    /// [`State::patch_new`] without the note on constructors (its caller makes it).
+    pub(super) fn patch_batch_new(&mut self, batch: &mut Batch, complete: bool) -> usize {
+        let complete = complete && self.hiding == 0;
+        let ids = few(self.sets.iter().map(|s| s.id));
+        self.patch_batch(&ids, batch, complete)
     }
 
     /// Apply the given sets to the given objects. Errors on single slots are recorded in the

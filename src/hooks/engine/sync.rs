@@ -262,8 +262,10 @@ impl State {
 
     /// The `dlopen` fast path (see [`super::rescan_opened`]). `now`: the loader's counters
     /// read after the real `dlopen` returned (before this operation began: a lower bound of
-    /// the present ones, which is all the fast path needs — more objects added meanwhile
-    /// make the counts differ, and the catch-up scan at the end sees them).
+    /// the present ones, which is all the fast path needs). Taken, it does not walk the list
+    /// again for objects added since `now`: those were loaded by other threads, whose own
+    /// loader calls scan once this operation ends, or past the interposers, which the next
+    /// loader call or rescan sees (as it would have had they been loaded a moment later).
     ///
     /// # Safety
     /// As [`super::rescan_opened`].
@@ -281,10 +283,10 @@ impl State {
                     self.last_counters = now;
                     let exclude = exclude_list();
                     let patched = match self.admit(Arc::new(obj), link_map, &exclude) {
-                        Some(idx) if matters(&idx) => self.patch_new(Batch::pinned(idx, pin), true),
+                        Some(idx) if matters(&idx) => self.patch_opened(idx, pin),
                         _ => 0,
                     };
-                    return patched + self.sync_until_stable();
+                    return patched;
                 }
             }
         }
@@ -292,7 +294,8 @@ impl State {
     }
 
     /// The `dlclose` fast path (see [`super::rescan_closed`]); `now` as for
-    /// [`State::sync_opened`], read after the real `dlclose` returned.
+    /// [`State::sync_opened`], read after the real `dlclose` returned. Taken, it does not walk
+    /// the list again either.
     pub(super) fn sync_closed(&mut self, link_map: usize, now: elf::Counters) -> usize {
         let last = self.last_counters;
         if now.adds == last.adds && now.subs == last.subs.wrapping_add(1) {
@@ -313,6 +316,7 @@ impl State {
                     self.diag.quick_scans += 1;
                     self.forget(&obj);
                     self.last_counters = now;
+                    return 0;
                 }
             }
         }
