@@ -113,6 +113,9 @@ impl State {
             hooks_total += hooks.len();
         }
         let mut hits: Few<(usize, usize, Slot)> = Few::new();
+        // Every indexed slot names a hooked symbol: an upper bound for one set, reserved at
+        // once (an install's thousands of hits would grow the list a dozen times).
+        hits.reserve(batch.objects.iter().map(|o| o.len()).sum());
         for (i, idx) in batch.objects.iter().enumerate() {
             for (hash, name, version, slot) in idx.named_slots() {
                 for (k, (_, hooks, _, by_hash)) in sets.iter().enumerate() {
@@ -218,6 +221,7 @@ impl State {
             bound_at_load[w.0] = *v == Some(0);
         }
         let mut plans: Few<Plan> = Few::new();
+        plans.reserve(found.len());
         // The hooks that planned writes so far, by name hash: a hook of another set on the same
         // symbol (a stack) is rare, and looking for one among thousands of plans for each of
         // ≈ 80 hooks was most of an install's string comparisons.
