@@ -1,12 +1,12 @@
 //! The direct patch of one object a `dlopen` just loaded, in the common case: every hook it
 //! imports already has a live original, no two sets hook one of its slots, each slot is bound to
-//! that original, and the object's loader bound it at load time (no lazy resolver to race with).
-//! Then each slot's plan is "original → replacement", decided while reading the slots, and
-//! written straight away, without the batch planner's per-phase lists (a third of a hooked
-//! new-library `dlopen`'s instructions). Anything else (an object that may define a hooked
-//! function, a conflict, a stack, lazy binding, a failed or raced write) is left to the batch
-//! planner, which makes the same decisions in general; slots written here are in the journal by
-//! then, so it skips them.
+//! that original, the loader bound its slots at load time (no lazy resolver to race with), and
+//! it defines no hooked name (it cannot provide an original some hook lacks). Then each slot's
+//! plan is "original → replacement", decided while reading the slots, and written straight
+//! away, without the batch planner's per-phase lists (a quarter of a hooked new-library
+//! `dlopen`'s instructions). Anything else (a conflict, a stack, lazy binding, a failed or raced
+//! write) is left to the batch planner, which makes the same decisions in general; slots written
+//! here are in the journal by then, so it skips them.
 #![allow(unsafe_code)]
 
 use std::sync::Arc;
