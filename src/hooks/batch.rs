@@ -265,16 +265,11 @@ impl<O: BatchObject> Batch<O> {
         let needed = few((0..n).map(|i| starts[i] < starts[i + 1]));
         let mut outcomes: Few<Option<Outcome>> = smallvec::smallvec![None; writes.len()];
         let page_size = region::page::size();
+        let same_page = |&a: &usize, &b: &usize| {
+            page_start(writes[a].1, page_size) == page_start(writes[b].1, page_size)
+        };
         self.touch(&needed, &mut |i| {
-            let mut run = &order[starts[i]..starts[i + 1]];
-            while let Some(&first) = run.first() {
-                let page = page_start(writes[first].1, page_size);
-                let n = run
-                    .iter()
-                    .take_while(|&&k| page_start(writes[k].1, page_size) == page)
-                    .count();
-                let (group, rest) = run.split_at(n);
-                run = rest;
+            for group in order[starts[i]..starts[i + 1]].chunk_by(same_page) {
                 let slot = |j: usize| {
                     let (_, address, expected, new) = writes[group[j]];
                     (address, expected, new)

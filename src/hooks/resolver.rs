@@ -18,6 +18,17 @@ pub(super) fn matters(idx: &ObjectIndex) -> bool {
     !idx.is_empty() || idx.defines_wanted()
 }
 
+/// The canonical PLT entries of `symbol` in `canonical` (the indexes of non-PIE executables
+/// that take its address): addresses that look like the function but are not it.
+pub(super) fn canonical_entries<'a>(
+    canonical: &'a [Arc<ObjectIndex>],
+    symbol: &'a str,
+) -> impl Iterator<Item = usize> + 'a {
+    canonical
+        .iter()
+        .flat_map(move |i| i.slots(symbol, None).filter_map(|s| s.canonical_plt))
+}
+
 /// Finds the function a symbol really resolves to, never a PLT stub.
 pub(super) struct Resolver<'a> {
     symbol: &'a CStr,
@@ -36,14 +47,7 @@ impl<'a> Resolver<'a> {
         canonical: &[Arc<ObjectIndex>],
         known: Option<&'a HashMap<usize, KnownAt>>,
     ) -> Self {
-        let canonical = canonical
-            .iter()
-            .flat_map(|i| {
-                i.slots(hook.symbol(), None)
-                    .filter_map(|s| s.canonical_plt)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let canonical = canonical_entries(canonical, hook.symbol()).collect();
         Resolver {
             symbol: &hook.symbol,
             batch,

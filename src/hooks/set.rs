@@ -139,6 +139,28 @@ impl Hook {
     }
 }
 
+/// The hooks among `hooks` (with their `by_hash` index) that an import of `name` (GNU hash
+/// `hash`, import version `version`) is for, with their positions: a binary search by hash, then
+/// the name, and the version for a versioned hook.
+pub(crate) fn hooks_for_import<'h, 'n>(
+    hooks: &'h [Hook],
+    by_hash: &'h [(u32, u32)],
+    (hash, name, version): (u32, &'n [u8], Option<&'n [u8]>),
+) -> impl Iterator<Item = (usize, &'h Hook)> + use<'h, 'n> {
+    let from = by_hash.partition_point(|e| e.0 < hash);
+    by_hash[from..]
+        .iter()
+        .take_while(move |e| e.0 == hash)
+        .map(|&(_, j)| (j as usize, &hooks[j as usize]))
+        .filter(move |(_, hook)| {
+            hook.symbol.as_bytes() == name
+                && hook
+                    .version
+                    .as_ref()
+                    .is_none_or(|v| Some(v.as_bytes()) == version)
+        })
+}
+
 /// A named group of hooks installed and uninstalled together.
 #[derive(Debug, Clone)]
 pub struct HookSet {

@@ -13,26 +13,17 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::elf::{ObjectIndex, RelocKind, Slot};
-use crate::patch::{
-    compare_and_write_page, page_start, read_slot, Journal, JournalEntry, ProtectionMap,
-};
-use crate::patch::{LeftWritable, SlotWrite};
+use crate::elf::{ObjectIndex, RelocKind};
+use crate::patch::SlotWrite;
+use crate::patch::{compare_and_write_page, page_start, read_slot, Journal, ProtectionMap};
 
 use crate::hooks::batch::Batch;
-use crate::hooks::diagnostics::push_name_bounded;
 use crate::hooks::loader::Pin;
-use crate::hooks::set::Hook;
+use crate::hooks::resolver::canonical_entries;
+use crate::hooks::set::hooks_for_import;
 
+use super::patching::Plan;
 use super::{InstalledSet, State};
-
-/// One slot to write: its hook (of set `set_id`) and the original it is bound to.
-struct Write<'h> {
-    set_id: u64,
-    hook: &'h Hook,
-    slot: Slot,
-    original: usize,
-}
 
 /// Most slots a direct patch writes (a library importing more hooked functions, rare, goes
 /// through the batch planner); kept inline, so deciding allocates nothing.
@@ -62,10 +53,7 @@ impl State {
                 n + self.patch_batch_new(&mut batch, true)
             }
         };
-        if idx.has_constructors && self.journal.has_entries_since(&idx.object, mark) {
-            let late = &mut self.diag.constructors_before_patch;
-            push_name_bounded(late, idx.object.display_name());
-        }
+        self.note_late_constructors(std::slice::from_ref(&idx), mark);
         patched
     }
 
@@ -89,33 +77,19 @@ impl State {
         let page_size = region::page::size();
         let name = idx.object.display_name();
         let (mut written, mut as_read) = (0, true);
-        let mut rest = &writes[..];
-        while let Some(first) = rest.first() {
-            let page = page_start(first.slot.address, page_size);
-            let n = rest
-                .iter()
-                .take_while(|w| page_start(w.slot.address, page_size) == page)
-                .count();
-            let (group, after) = rest.split_at(n);
-            rest = after;
+        let same_page = |a: &Plan, b: &Plan| {
+            page_start(a.slot.address, page_size) == page_start(b.slot.address, page_size)
+        };
+        for group in writes.chunk_by(same_page) {
             let slot = |j: usize| {
                 let w = &group[j];
-                (w.slot.address, w.original, w.hook.replacement)
+                (w.slot.address, w.expected, w.hook.replacement)
             };
             let journal = &mut self.journal;
             let record = |j: usize, found: SlotWrite| match found {
                 SlotWrite::Written { protection } => {
                     let w = &group[j];
-                    journal.record(JournalEntry {
-                        set_id: w.set_id,
-                        object: idx.object.clone(),
-                        symbol: w.hook.shared_symbol().clone(),
-                        address: w.slot.address,
-                        kind: w.slot.kind,
-                        old: w.original,
-                        new: w.hook.replacement,
-                        protection,
-                    });
+                    journal.record(w.entry(&idx.object, w.expected, protection));
                     written += 1;
                 }
                 SlotWrite::Mismatch { .. } => as_read = false,
@@ -123,9 +97,9 @@ impl State {
             // SAFETY: slots the index validated (aligned, inside the object), all on one page,
             // of an object the caller's handle keeps loaded (and readable: they were just read);
             // the caller holds the patch lock.
-            match unsafe { compare_and_write_page(&maps, n, false, slot, record) } {
+            match unsafe { compare_and_write_page(&maps, group.len(), false, slot, record) } {
                 Ok(Ok(())) => {}
-                Ok(Err(left)) => log_left(left, name, group),
+                Ok(Err(left)) => group.iter().for_each(|w| left.log(name, w.slot.address)),
                 // The planner tries this page again and reports why it cannot be written.
                 Err(_) => as_read = false,
             }
@@ -145,21 +119,14 @@ fn direct_writes<'s>(
     journal: &Journal,
     canonical: &[Arc<ObjectIndex>],
     idx: &ObjectIndex,
-) -> Option<SmallVec<[Write<'s>; MOST]>> {
-    let mut writes: SmallVec<[Write<'s>; MOST]> = SmallVec::new();
+) -> Option<SmallVec<[Plan<'s>; MOST]>> {
+    let mut writes: SmallVec<[Plan<'s>; MOST]> = SmallVec::new();
     let mut bound_at_load = None;
     for (hash, name, version, slot) in idx.named_slots() {
         for set in sets {
-            let by_hash = &set.set.by_hash;
-            let from = by_hash.partition_point(|e| e.0 < hash);
-            for &(_, j) in by_hash[from..].iter().take_while(|e| e.0 == hash) {
-                let hook = &set.set.hooks[j as usize];
-                let named = hook.symbol.as_bytes() == name
-                    && hook
-                        .version
-                        .as_ref()
-                        .is_none_or(|v| Some(v.as_bytes()) == version);
-                if !named || journal.contains(set.id, slot.address) {
+            let (hooks, by_hash) = (&set.set.hooks[..], &set.set.by_hash[..]);
+            for (_, hook) in hooks_for_import(hooks, by_hash, (hash, name, version)) {
+                if journal.contains(set.id, slot.address) {
                     continue;
                 }
                 // Two sets on one slot (a stack), or a hook whose original is not live.
@@ -182,7 +149,7 @@ fn direct_writes<'s>(
                 // behind (a lazy stub inside the object, a canonical PLT entry).
                 if value != original
                     || idx.object.contains(value)
-                    || is_canonical(canonical, hook, value)
+                    || canonical_entries(canonical, hook.symbol()).any(|c| c == value)
                 {
                     return None;
                 }
@@ -191,24 +158,18 @@ fn direct_writes<'s>(
                 {
                     return None;
                 }
-                writes.push(Write {
+                writes.push(Plan {
                     set_id: set.id,
+                    object: 0,
                     hook,
                     slot,
+                    expected: value,
                     original,
                 });
             }
         }
     }
     Some(writes)
-}
-
-/// Whether `value` is a non-PIE executable's canonical PLT entry for `hook`'s symbol.
-fn is_canonical(canonical: &[Arc<ObjectIndex>], hook: &Hook, value: usize) -> bool {
-    canonical.iter().any(|i| {
-        i.slots(hook.symbol(), None)
-            .any(|s| s.canonical_plt == Some(value))
-    })
 }
 
 /// Whether the loader bound every `JUMP_SLOT` of `idx` at load time (its lazy-resolver word is
@@ -218,11 +179,4 @@ fn bound_at_load_time(idx: &ObjectIndex) -> bool {
     // keeps loaded.
     idx.lazy_resolver_word()
         .is_some_and(|word| unsafe { read_slot(word) } == 0)
-}
-
-/// A page whose protection could not be put back: logged for each slot written on it.
-fn log_left(left: LeftWritable, object: &str, group: &[Write<'_>]) {
-    for w in group {
-        left.log(object, w.slot.address);
-    }
 }

@@ -5,13 +5,15 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::elf::{NameFilter, ObjectIndex, RelocKind, Slot};
+use region::Protection;
+
+use crate::elf::{LoadedObject, NameFilter, ObjectIndex, RelocKind, Slot};
 use crate::patch::{JournalEntry, ProtectionMap, SlotWrite};
 
 use crate::hooks::batch::{few, group_by_key, Batch, Few};
 use crate::hooks::diagnostics::{push_bounded, push_name_bounded, Conflict};
 use crate::hooks::resolver::{matters, Resolver};
-use crate::hooks::set::Hook;
+use crate::hooks::set::{hooks_for_import, Hook};
 
 use super::State;
 
@@ -20,15 +22,38 @@ use super::State;
 type SetHooks = (u64, Arc<[Hook]>, Arc<[u32]>, Arc<[(u32, u32)]>);
 
 /// One slot write decided before any write is made.
-struct Plan<'h> {
-    set_id: u64,
+pub(super) struct Plan<'h> {
+    pub set_id: u64,
     /// Position of the object in its batch.
-    object: usize,
-    hook: &'h Hook,
-    slot: Slot,
-    expected: usize,
-    original: usize,
+    pub object: usize,
+    pub hook: &'h Hook,
+    pub slot: Slot,
+    pub expected: usize,
+    pub original: usize,
 }
+
+impl Plan<'_> {
+    /// The journal entry of this plan's write into `object`, made over `old` on a page of
+    /// `protection`.
+    pub fn entry(
+        &self,
+        object: &Arc<LoadedObject>,
+        old: usize,
+        protection: Protection,
+    ) -> JournalEntry {
+        JournalEntry {
+            set_id: self.set_id,
+            object: object.clone(),
+            symbol: self.hook.shared_symbol().clone(),
+            address: self.slot.address,
+            kind: self.slot.kind,
+            old,
+            new: self.hook.replacement,
+            protection,
+        }
+    }
+}
+
 impl State {
     /// The objects that matter to a patch (those with slots, and those that may define a
     /// hooked function: their scope is searched for originals), as a batch touched through
@@ -49,15 +74,20 @@ impl State {
         }
         let mark = self.journal.mark();
         let patched = self.patch_batch_new(&mut batch, complete);
-        // The new objects whose constructors ran before they were patched (asked per object:
-        // a batch of many is not compared entry by entry with every one of them).
+        self.note_late_constructors(&batch.objects, mark);
+        patched
+    }
+
+    /// Note the new objects whose constructors ran before they were patched (patched since
+    /// `mark`; asked per object: a batch of many is not compared entry by entry with every one
+    /// of them).
+    pub(super) fn note_late_constructors(&mut self, objects: &[Arc<ObjectIndex>], mark: u64) {
         let late = &mut self.diag.constructors_before_patch;
-        for n in batch.objects.iter().filter(|n| n.has_constructors) {
+        for n in objects.iter().filter(|n| n.has_constructors) {
             if self.journal.has_entries_since(&n.object, mark) {
                 push_name_bounded(late, n.object.display_name());
             }
         }
-        patched
     }
 
     /// [`State::patch_new`] without the note on constructors (its caller makes it).
@@ -119,17 +149,8 @@ impl State {
         for (i, idx) in batch.objects.iter().enumerate() {
             for (hash, name, version, slot) in idx.named_slots() {
                 for (k, (_, hooks, _, by_hash)) in sets.iter().enumerate() {
-                    let from = by_hash.partition_point(|e| e.0 < hash);
-                    for &(_, j) in by_hash[from..].iter().take_while(|e| e.0 == hash) {
-                        let hook = &hooks[j as usize];
-                        let named = hook.symbol.as_bytes() == name
-                            && hook
-                                .version
-                                .as_ref()
-                                .is_none_or(|v| Some(v.as_bytes()) == version);
-                        if named {
-                            hits.push((first_hook[k] + j as usize, i, slot));
-                        }
+                    for (j, _) in hooks_for_import(hooks, by_hash, (hash, name, version)) {
+                        hits.push((first_hook[k] + j, i, slot));
                     }
                 }
             }
@@ -364,16 +385,9 @@ impl State {
                 match outcome {
                     None => push_name_bounded(&mut self.diag.unpinnable, name),
                     Some(Ok((SlotWrite::Written { protection }, _))) => {
-                        self.journal.record(JournalEntry {
-                            set_id: p.set_id,
-                            object: batch.objects[p.object].object.clone(),
-                            symbol: p.hook.shared_symbol().clone(),
-                            address: p.slot.address,
-                            kind: p.slot.kind,
-                            old: expected[k],
-                            new: p.hook.replacement,
-                            protection,
-                        });
+                        let object = &batch.objects[p.object].object;
+                        self.journal
+                            .record(p.entry(object, expected[k], protection));
                         fresh.push(k);
                     }
                     Some(Ok((SlotWrite::Mismatch { actual }, _))) => {
