@@ -96,13 +96,19 @@ impl Journal {
             .entry(object_key(&e.object))
             .or_default()
             .push(seq);
-        *self
+        let symbols = self
             .by_symbol
             .get_or_insert_with(HashMap::default)
             .entry(e.set_id)
-            .or_default()
-            .entry(e.symbol.clone())
-            .or_default() += 1;
+            .or_default();
+        // Looked up by content first: the symbol is usually live already, and cloning its
+        // `Arc` for a key that is then dropped costs two atomic operations.
+        match symbols.get_mut(&*e.symbol) {
+            Some(n) => *n += 1,
+            None => {
+                symbols.insert(e.symbol.clone(), 1);
+            }
+        }
     }
 
     /// Every live entry, in patch order.
