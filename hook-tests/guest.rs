@@ -375,6 +375,114 @@ fn a_library_with_an_unreadable_symbol_table_is_left_unread() {
     );
 }
 
+/// A library whose constructor made the page holding its own PLT slots unreadable (PROT_NONE)
+/// after the loader bound them. Whether it is opened after install (bound at load: the direct
+/// path; lazily: the planner) or was there before install, the engine must not fault reading
+/// those slots: it confirms each slot page readable (the same kernel answer the write needs)
+/// before reading it, leaves that library unpatched, says so in the diagnostics, and goes on
+/// patching the next library. Each case runs in a child, so that a crash is a failed check.
+#[test]
+fn a_library_that_hid_its_own_plt_slots_is_left_unpatched() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    counting_hook!(add, REAL_ADD, CALLS);
+    let kernel_query = cuhook::elf::ProtectionMap::for_addresses(std::iter::empty())
+        .is_ok_and(|m| m.uses_kernel_query());
+    if !kernel_query {
+        eprintln!("skipped: this kernel has no PROCMAP_QUERY (Linux >= 6.11)");
+        return;
+    }
+    open("libtarget.so", libc::RTLD_NOW | libc::RTLD_GLOBAL);
+    // Opens after install go through libdlcaller.so, whose `dlopen` slot the loader set
+    // patches (this test program is cuhook's own object, left alone).
+    type Open = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
+    // SAFETY: the fixture's dlopen wrapper, of dlopen's type.
+    let dlcaller_open: Open = unsafe {
+        std::mem::transmute(libc::dlsym(
+            open("libdlcaller.so", libc::RTLD_NOW),
+            c"dlcaller_open".as_ptr(),
+        ))
+    };
+    let open_hooked = |name: &str, mode: c_int| {
+        let path = CString::new(common::fixtures_dir().join(name).to_str().unwrap()).unwrap();
+        // SAFETY: a fixture library built by build.rs.
+        let h = unsafe { dlcaller_open(path.as_ptr(), mode) };
+        assert!(!h.is_null(), "dlopen {name}");
+        h
+    };
+    // (when it is opened, its mode): after install bound at load, after install lazily bound,
+    // before install.
+    let cases = [
+        (true, libc::RTLD_NOW),
+        (true, libc::RTLD_LAZY),
+        (false, libc::RTLD_NOW),
+    ];
+    for (after_install, mode) in cases {
+        // SAFETY: the child only opens fixtures, installs, calls and _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // Its slot of target_add, patched at install, makes the hook live: a library
+            // opened later bound to that original is the direct path's case.
+            let second = function(
+                open("libsecond.so", libc::RTLD_NOW | libc::RTLD_LOCAL),
+                "second_call",
+            );
+            if !after_install {
+                open("libhide_got.so", mode | libc::RTLD_LOCAL);
+            }
+            let set = target_add_set("hidden-got", add, &REAL_ADD);
+            let code = match cuhook::hooks::install(&set) {
+                Ok(i) => {
+                    if after_install {
+                        open_hooked("libhide_got.so", mode | libc::RTLD_LOCAL);
+                    }
+                    let hidden = std::env::var("CUHOOK_TEST_GOT_HIDDEN").is_ok_and(|v| v == "1");
+                    let plugin = function(
+                        open_hooked("libplugin.so", libc::RTLD_NOW | libc::RTLD_LOCAL),
+                        "plugin_call",
+                    );
+                    let before = CALLS.load(Ordering::Relaxed);
+                    // SAFETY: fixture functions of type int(int, int).
+                    let sums = unsafe { (plugin(3, 4), second(1, 2)) };
+                    let hooked = CALLS.load(Ordering::Relaxed) == before + 2;
+                    let d = cuhook::hooks::diagnostics();
+                    let reported = d.unreadable.iter().any(|r| r.contains("libhide_got.so"));
+                    let untouched = cuhook::hooks::patched_slots()
+                        .iter()
+                        .all(|s| !s.object.ends_with("libhide_got.so"));
+                    match (hidden, sums == (7, 3) && hooked, reported, untouched) {
+                        (false, ..) => 3,
+                        (true, false, ..) => 4,
+                        (true, true, false, _) => 5,
+                        (true, true, true, false) => 6,
+                        (true, true, true, true) if i.uninstall().is_ok() => 0,
+                        _ => 7,
+                    }
+                }
+                Err(_) => 2,
+            };
+            // SAFETY: ends the child without running the parent's exit handlers.
+            unsafe { libc::_exit(code) };
+        }
+        assert!(pid > 0);
+        let mut status = 0;
+        // SAFETY: our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        let what = match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
+            (true, 0) => continue,
+            (true, 2) => "install failed".to_owned(),
+            (true, 3) => "the fixture did not hide its slot page (layout)".to_owned(),
+            (true, 4) => "libplugin.so or libsecond.so not hooked afterwards".to_owned(),
+            (true, 5) => "the unreadable slot page is not in the diagnostics".to_owned(),
+            (true, 6) => "a slot of libhide_got.so is in the journal".to_owned(),
+            (true, c) => format!("exit {c}"),
+            (false, _) => format!("killed by signal {}", libc::WTERMSIG(status)),
+        };
+        panic!("opened after install: {after_install}, mode {mode:#x}: {what}");
+    }
+}
+
 /// A child forked while another thread subscribes and unsubscribes on the process-wide list can
 /// subscribe at once: before, the list's writer lock had no fork handler, and a child that
 /// inherited it held by the other thread waited for ever (killed by its alarm).

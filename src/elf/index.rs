@@ -283,7 +283,8 @@ impl ObjectIndex {
     /// lazy-binding resolver when it binds the object's `JUMP_SLOT`s lazily, on x86-64 and
     /// aarch64 alike. Zero there means the loader bound every slot at load time (`RTLD_NOW`,
     /// `DF_BIND_NOW`, `LD_BIND_NOW`): no thread can be inside the resolver for one of them.
-    /// `None` when the object has no such word inside it; then assume lazy binding.
+    /// `None` when the object has no such word inside it, or it was not readable when the
+    /// object was indexed; then assume lazy binding. Its page was confirmed readable then.
     pub fn lazy_resolver_word(&self) -> Option<usize> {
         self.resolver_word
     }
@@ -455,6 +456,10 @@ fn index_tables(
             // is not read, and the object counts as bound lazily.
             w.is_multiple_of(std::mem::align_of::<usize>())
                 && object.segment_holds(w, std::mem::size_of::<usize>(), libc::PF_R | libc::PF_W)
+                // Confirmed readable now, so patches can read it without asking again (it
+                // shares `.dynamic`'s page, which was just confirmed, in the usual layout); an
+                // object that hid it counts as bound lazily.
+                && img.read::<usize>(w).is_some()
         });
     if tables.symtab == 0 {
         return Ok(finish(part, entries, arena));

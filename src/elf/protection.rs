@@ -28,6 +28,9 @@ use crate::{Error, Result};
 /// Mappings one map keeps without a heap allocation: a `dlopen` writes one or two pages.
 type Regions = smallvec::SmallVec<[(usize, usize, Protection); 16]>;
 
+/// An empty mapping: no address is in it.
+const NOTHING: (usize, usize, Protection) = (0, 0, Protection::NONE);
+
 /// The protections of the mappings covering some addresses, at one moment.
 #[derive(Debug, Default)]
 pub struct ProtectionMap {
@@ -35,6 +38,9 @@ pub struct ProtectionMap {
     regions: RefCell<Regions>,
     /// The kernel query to fill misses with; `None`: only `regions` (read from text) count.
     query: Option<MapsQuery>,
+    /// The mapping the last answer came from (empty at first): consecutive slots of one object
+    /// nearly always share it, and are answered without a search.
+    last: Cell<(usize, usize, Protection)>,
 }
 
 impl ProtectionMap {
@@ -45,6 +51,7 @@ impl ProtectionMap {
             return Ok(ProtectionMap {
                 regions: RefCell::new(Regions::new()),
                 query: Some(query),
+                last: Cell::new(NOTHING),
             });
         }
         let (mut lo, mut hi) = (usize::MAX, 0usize);
@@ -76,6 +83,7 @@ impl ProtectionMap {
         Ok(ProtectionMap {
             regions: RefCell::new(regions),
             query: None,
+            last: Cell::new(NOTHING),
         })
     }
 
@@ -92,8 +100,13 @@ impl ProtectionMap {
 
     /// The protection of the page holding `addr`.
     pub fn at(&self, addr: usize) -> Result<Protection> {
-        if let Some(p) = lookup(&self.regions.borrow(), addr) {
+        let (start, end, p) = self.last.get();
+        if addr >= start && addr < end {
             return Ok(p);
+        }
+        if let Some(r) = lookup(&self.regions.borrow(), addr) {
+            self.last.set(r);
+            return Ok(r.2);
         }
         let Some(query) = &self.query else {
             return Err(Error::QueryProtection {
@@ -105,14 +118,19 @@ impl ProtectionMap {
         let mut regions = self.regions.borrow_mut();
         let at = regions.partition_point(|r| r.0 < start);
         regions.insert(at, (start, end, p));
+        self.last.set((start, end, p));
         Ok(p)
     }
 }
 
-fn lookup(regions: &[(usize, usize, Protection)], addr: usize) -> Option<Protection> {
+/// The known mapping holding `addr`.
+fn lookup(
+    regions: &[(usize, usize, Protection)],
+    addr: usize,
+) -> Option<(usize, usize, Protection)> {
     let i = regions.partition_point(|r| r.1 <= addr);
     match regions.get(i) {
-        Some(&(s, e, p)) if addr >= s && addr < e => Some(p),
+        Some(&r) if addr >= r.0 && addr < r.1 => Some(r),
         _ => None,
     }
 }

@@ -19,8 +19,8 @@ use smallvec::SmallVec;
 
 use crate::elf::{IndexFailure, IndexRoom, Indexed, LoadedObject, ObjectIndex, WantedNames};
 use crate::patch::{
-    compare_and_write_page, page_start, read_slot, LeftWritable, ProtectionMap, SlotWrite,
-    WriteFailure,
+    compare_and_write_page, page_start, read_slot, read_slot_confirmed, LeftWritable,
+    ProtectionMap, SlotWrite, WriteFailure,
 };
 use crate::Result;
 
@@ -89,6 +89,16 @@ pub(crate) type Outcome = Result<(SlotWrite, Result<(), LeftWritable>), WriteFai
 pub(crate) type Few<T> = SmallVec<[T; FEW]>;
 /// The inline room of a [`Few`].
 const FEW: usize = 8;
+
+/// What [`Batch::read_values`] found.
+pub(crate) struct SlotValues {
+    /// Each slot's value, in the order asked; `None` when it could not be read.
+    pub values: Few<Option<usize>>,
+    /// Objects that could not be touched (unloaded meanwhile, or never pinnable).
+    pub gone: Few<usize>,
+    /// Slots whose page could not be confirmed readable (position among those asked, why).
+    pub refused: Few<(usize, WriteFailure)>,
+}
 
 /// Collect into a [`Few`]: inline when it fits; a longer list through a `Vec`, which fills from
 /// a sized iterator in place (`SmallVec` would push element by element past its inline room).
@@ -227,22 +237,48 @@ impl<O: BatchObject> Batch<O> {
         done
     }
 
-    /// Read the current value of every given slot (`(object, address)`), in the order given:
-    /// `None` for a slot whose object could not be read (gone). Also returns those objects.
-    pub fn read_values(&self, slots: &[(usize, usize)]) -> (Few<Option<usize>>, Few<usize>) {
+    /// Read the current value of every given slot (`(object, address)`), in the order given,
+    /// each once its page is confirmed readable with `maps`: `None` for a slot whose object
+    /// could not be touched (gone) or whose page could not be read. Also returns those objects,
+    /// and the slots refused (position in `slots`, why). Words from `confirmed` on were found
+    /// readable when their object was indexed, and are read without asking again.
+    pub fn read_values(
+        &self,
+        maps: &ProtectionMap,
+        slots: &[(usize, usize)],
+        confirmed: usize,
+    ) -> SlotValues {
         let n = self.objects.len();
         let (starts, order) = group_by_key(slots.iter().map(|s| s.0), n);
         let needed = few((0..n).map(|i| starts[i] < starts[i + 1]));
         let mut values: Few<Option<usize>> = smallvec::smallvec![None; slots.len()];
+        let mut refused = Few::new();
+        // Inside a walk nothing may allocate: room for every mapping and refusal up front.
+        maps.reserve(slots.len() + 8);
+        refused.reserve(slots.len());
         let done = self.touch(&needed, &mut |i| {
             for &k in &order[starts[i]..starts[i + 1]] {
-                // SAFETY: a slot the index validated (aligned, inside the object), read while
-                // the object is pinned or listed under the loader's lock.
-                values[k] = Some(unsafe { read_slot(slots[k].1) });
+                // Slots the index validated (aligned, inside the object), read while the object
+                // is pinned or listed under the loader's lock.
+                let read = if k >= confirmed {
+                    // SAFETY: as above; its page was confirmed readable at indexing.
+                    Ok(unsafe { read_slot(slots[k].1) })
+                } else {
+                    // SAFETY: as above; the page is confirmed readable first.
+                    unsafe { read_slot_confirmed(maps, slots[k].1) }
+                };
+                match read {
+                    Ok(v) => values[k] = Some(v),
+                    Err(f) => refused.push((k, f)),
+                }
             }
         });
         let gone = (0..n).filter(|&i| needed[i] && !done[i]).collect();
-        (values, gone)
+        SlotValues {
+            values,
+            gone,
+            refused,
+        }
     }
 
     /// Compare-and-write each `(object, address, expected, new)`; `None` for writes whose

@@ -13,7 +13,9 @@ pub use journal::{Journal, JournalEntry};
 #[cfg(test)]
 use slot::compare_and_write;
 pub(crate) use slot::page_start;
-pub use slot::{compare_and_write_page, read_slot, LeftWritable, SlotWrite, WriteFailure};
+pub use slot::{
+    compare_and_write_page, read_slot, read_slot_confirmed, LeftWritable, SlotWrite, WriteFailure,
+};
 
 #[cfg(test)]
 mod tests;

@@ -33,6 +33,32 @@ pub unsafe fn read_slot(address: usize) -> usize {
     unsafe { AtomicUsize::from_ptr(address as *mut usize) }.load(Ordering::Acquire)
 }
 
+/// Read a slot once the page holding it is confirmed readable (with `maps`: the kernel's
+/// answer, which the write of that page then reuses). An object may have made its own GOT page
+/// unreadable after the loader bound it (a packer, a hardening tool); reading it would fault in
+/// the host.
+///
+/// # Safety
+/// `address` must be an aligned 8-byte slot inside an object that stays mapped during the call.
+pub unsafe fn read_slot_confirmed(
+    maps: &ProtectionMap,
+    address: usize,
+) -> Result<usize, WriteFailure> {
+    confirm_readable(maps, address)?;
+    // SAFETY: aligned and mapped (caller), readable (just confirmed).
+    Ok(unsafe { read_slot(address) })
+}
+
+/// `Ok` when the page holding `address` is readable now; `Unreadable` when it is not or nothing
+/// is mapped there.
+fn confirm_readable(maps: &ProtectionMap, address: usize) -> Result<(), WriteFailure> {
+    match protection_of(maps, address) {
+        Ok(p) if p.contains(Protection::READ) => Ok(()),
+        Ok(_) | Err(WriteFailure::Query(libc::ENOMEM)) => Err(WriteFailure::Unreadable),
+        Err(f) => Err(f),
+    }
+}
+
 /// Why a slot could not be written, without allocating (see [`compare_and_write_page`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteFailure {
@@ -209,12 +235,7 @@ pub unsafe fn compare_and_write_page(
         return Ok(Ok(()));
     }
     if stale {
-        match protection_of(maps, slot(0).0) {
-            Ok(p) if p.contains(Protection::READ) => {}
-            // Not readable, or no mapping there at all.
-            Ok(_) | Err(WriteFailure::Query(libc::ENOMEM)) => return Err(WriteFailure::Unreadable),
-            Err(f) => return Err(f),
-        }
+        confirm_readable(maps, slot(0).0)?;
     }
     // SAFETY: readable slots (the caller's promise).
     let actual = |i: usize| unsafe { read_slot(slot(i).0) };

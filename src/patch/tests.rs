@@ -9,10 +9,8 @@
 
 use region::Protection;
 
-use super::slot::page_start;
-use super::{
-    compare_and_write, compare_and_write_page, read_slot, ProtectionMap, SlotWrite, WriteFailure,
-};
+use super::slot::{page_start, read_slot};
+use super::{compare_and_write, compare_and_write_page, ProtectionMap, SlotWrite, WriteFailure};
 
 /// Three pages of the system's size, each word holding its own offset; read-only.
 struct Pages {

@@ -15,7 +15,9 @@ use smallvec::SmallVec;
 
 use crate::elf::{ObjectIndex, RelocKind};
 use crate::patch::SlotWrite;
-use crate::patch::{compare_and_write_page, page_start, read_slot, Journal, ProtectionMap};
+use crate::patch::{
+    compare_and_write_page, page_start, read_slot, read_slot_confirmed, Journal, ProtectionMap,
+};
 
 use crate::hooks::batch::Batch;
 use crate::hooks::loader::Pin;
@@ -63,16 +65,19 @@ impl State {
         if idx.defines_wanted() {
             return Direct::Planner(0);
         }
-        let found = direct_writes(&self.sets, &self.journal, &self.canonical, idx);
+        // Asked before any slot is read (a page the object made unreadable is the planner's
+        // to report); the writes reuse the answers.
+        let addresses = idx.named_slots().map(|(.., slot)| slot.address);
+        let Ok(maps) = ProtectionMap::for_addresses(addresses) else {
+            return Direct::Planner(0);
+        };
+        let found = direct_writes(&self.sets, &self.journal, &self.canonical, &maps, idx);
         let Some(mut writes) = found else {
             return Direct::Planner(0);
         };
         if writes.is_empty() {
             return Direct::Done(0);
         }
-        let Ok(maps) = ProtectionMap::for_addresses(writes.iter().map(|w| w.slot.address)) else {
-            return Direct::Planner(0);
-        };
         writes.sort_unstable_by_key(|w| w.slot.address);
         let page_size = region::page::size();
         let name = idx.object.display_name();
@@ -112,12 +117,13 @@ impl State {
     }
 }
 
-/// The writes of the common case, read from the slots themselves; `None` when the object
-/// is not the common case.
+/// The writes of the common case, read from the slots themselves (each page confirmed
+/// readable with `maps` first); `None` when the object is not the common case.
 fn direct_writes<'s>(
     sets: &'s [InstalledSet],
     journal: &Journal,
     canonical: &[Arc<ObjectIndex>],
+    maps: &ProtectionMap,
     idx: &ObjectIndex,
 ) -> Option<SmallVec<[Plan<'s>; MOST]>> {
     let mut writes: SmallVec<[Plan<'s>; MOST]> = SmallVec::new();
@@ -141,7 +147,7 @@ fn direct_writes<'s>(
                 }
                 // SAFETY: a slot the index validated, of an object the caller's handle
                 // keeps loaded.
-                let value = unsafe { read_slot(slot.address) };
+                let value = unsafe { read_slot_confirmed(maps, slot.address) }.ok()?;
                 if value == hook.replacement {
                     continue;
                 }
@@ -175,8 +181,8 @@ fn direct_writes<'s>(
 /// Whether the loader bound every `JUMP_SLOT` of `idx` at load time (its lazy-resolver word is
 /// zero); an object without that word is taken as lazily bound.
 fn bound_at_load_time(idx: &ObjectIndex) -> bool {
-    // SAFETY: the word lies inside the object (the index checked it), which the caller's handle
-    // keeps loaded.
+    // SAFETY: the word lies inside the object, on a page the index confirmed readable, and the
+    // caller's handle keeps the object loaded.
     idx.lazy_resolver_word()
         .is_some_and(|word| unsafe { read_slot(word) } == 0)
 }

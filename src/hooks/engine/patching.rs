@@ -10,7 +10,7 @@ use region::Protection;
 use crate::elf::{LoadedObject, NameFilter, ObjectIndex, RelocKind, Slot};
 use crate::patch::{JournalEntry, ProtectionMap, SlotWrite};
 
-use crate::hooks::batch::{few, group_by_key, Batch, Few};
+use crate::hooks::batch::{few, group_by_key, Batch, Few, SlotValues};
 use crate::hooks::diagnostics::{push_bounded, push_name_bounded, Conflict};
 use crate::hooks::resolver::{matters, Resolver};
 use crate::hooks::set::{hooks_for_import, Hook};
@@ -229,11 +229,32 @@ impl State {
             }
         }
         slots.extend_from_slice(&words);
-        let (values, gone) = batch.read_values(&slots);
+        // One map of page protections for the reads and the writes: a page confirmed readable
+        // before its slots are read is not asked about again to be written.
+        let maps = match ProtectionMap::for_addresses(found.iter().map(|f| f.1.address)) {
+            Ok(m) => m,
+            Err(e) => {
+                push_bounded(&mut self.diag.unreadable, e.to_string());
+                return 0;
+            }
+        };
+        let SlotValues {
+            values,
+            gone,
+            refused,
+        } = batch.read_values(&maps, &slots, found.len());
         for i in gone {
             push_name_bounded(
                 &mut self.diag.unpinnable,
                 batch.objects[i].object.display_name(),
+            );
+        }
+        for (k, f) in refused {
+            let (i, address) = slots[k];
+            let name = batch.objects[i].object.display_name();
+            push_bounded(
+                &mut self.diag.unreadable,
+                f.into_error(name, address).to_string(),
             );
         }
         // Objects whose loader bound every slot at load time.
@@ -258,7 +279,7 @@ impl State {
                 planned = planned | NameFilter::of(hash);
             }
         }
-        self.write(&plans, batch, &bound_at_load)
+        self.write(&plans, batch, &maps, &bound_at_load)
     }
 
     /// Plan the writes of one hook's slots (`found`: this hook's (object, slot), `values`: what
@@ -351,15 +372,15 @@ impl State {
         }
     }
 
-    /// Write the plans' slots; `bound_at_load[i]`: object i has no lazy binding to race with.
-    fn write(&mut self, plans: &[Plan], batch: &Batch, bound_at_load: &[bool]) -> usize {
-        let maps = match ProtectionMap::for_addresses(plans.iter().map(|p| p.slot.address)) {
-            Ok(m) => m,
-            Err(e) => {
-                push_bounded(&mut self.diag.unreadable, e.to_string());
-                return 0;
-            }
-        };
+    /// Write the plans' slots (`maps`: the protections their reads were confirmed with);
+    /// `bound_at_load[i]`: object i has no lazy binding to race with.
+    fn write(
+        &mut self,
+        plans: &[Plan],
+        batch: &Batch,
+        maps: &ProtectionMap,
+        bound_at_load: &[bool],
+    ) -> usize {
         if plans.len() > 8 {
             self.journal.reserve(plans.len());
         }
@@ -372,7 +393,7 @@ impl State {
                 let p = &plans[k];
                 (p.object, p.slot.address, expected[k], p.hook.replacement)
             }));
-            let outcomes = batch.write(&maps, &writes, false);
+            let outcomes = batch.write(maps, &writes, false);
             let mut retry = Few::new();
             for (&k, outcome) in pending.iter().zip(outcomes) {
                 let p = &plans[k];
@@ -414,7 +435,7 @@ impl State {
                 break;
             }
         }
-        self.recheck(plans, &fresh, batch, &maps, bound_at_load);
+        self.recheck(plans, &fresh, batch, maps, bound_at_load);
         fresh.len()
     }
 
