@@ -164,6 +164,16 @@ fn kept(p: &Elf64_Phdr) -> bool {
     p.p_type == PT_LOAD || p.p_type == PT_DYNAMIC
 }
 
+impl LoadedObject {
+    /// The program headers a [`LoadedObject`] keeps of `all` (what a snapshot keeps): every
+    /// later look at its segments then passes over fewer.
+    pub fn kept_program_headers(all: &[Elf64_Phdr]) -> Vec<Elf64_Phdr> {
+        let mut kept_ones = Vec::with_capacity(all.iter().filter(|p| kept(p)).count());
+        kept_ones.extend(all.iter().filter(|p| kept(p)).copied());
+        kept_ones
+    }
+}
+
 /// A path as text: paths are nearly always UTF-8, and validating is cheaper than the lossy
 /// conversion's scan.
 fn path_text(bytes: &[u8]) -> String {

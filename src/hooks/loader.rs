@@ -79,9 +79,10 @@ impl Pin {
         }
         // SAFETY: the pin keeps the handle live.
         let map = unsafe { dl::link_map(self.handle) }?;
-        // SAFETY: the pin keeps the handle live while the program headers are copied (all of
-        // them: one copy costs less than picking the few a snapshot keeps).
-        let phdrs = unsafe { dl::program_headers(self.handle) }?.to_vec();
+        // SAFETY: the pin keeps the handle live while the program headers are copied (those a
+        // snapshot keeps: every look at the segments afterwards passes over half as many).
+        let phdrs =
+            LoadedObject::kept_program_headers(unsafe { dl::program_headers(self.handle) }?);
         // SAFETY: the pin keeps the object, hence its link map, live.
         let (base, name) = unsafe { dl::map_base_and_name(map) };
         let obj = LoadedObject {

@@ -44,12 +44,18 @@ pub struct Journal {
     by_slot: Option<HashMap<(u64, usize), u64>>,
     /// Object (its `Arc` address) → sequence numbers of its entries (a handful: inline).
     by_object: Option<HashMap<usize, SmallVec<[u64; 4]>>>,
-    /// set → symbol → number of live entries.
-    by_symbol: Option<HashMap<u64, HashMap<Arc<str>, usize>>>,
+    /// (set, symbol) → number of live entries. The symbol is keyed by its shared name's
+    /// address: every entry of a hook shares that hook's `Arc`, so the key is exact and costs
+    /// no string hashing (set ids are never reused, so a freed name's address cannot alias).
+    by_symbol: Option<HashMap<(u64, usize), usize>>,
 }
 
 fn object_key(o: &Arc<LoadedObject>) -> usize {
     Arc::as_ptr(o) as usize
+}
+
+fn symbol_key(set_id: u64, symbol: &Arc<str>) -> (u64, usize) {
+    (set_id, Arc::as_ptr(symbol).cast::<u8>() as usize)
 }
 
 /// Lists shorter than this are never compacted (holes cost nothing there).
@@ -96,19 +102,11 @@ impl Journal {
             .entry(object_key(&e.object))
             .or_default()
             .push(seq);
-        let symbols = self
+        *self
             .by_symbol
             .get_or_insert_with(HashMap::default)
-            .entry(e.set_id)
-            .or_default();
-        // Looked up by content first: the symbol is usually live already, and cloning its
-        // `Arc` for a key that is then dropped costs two atomic operations.
-        match symbols.get_mut(&*e.symbol) {
-            Some(n) => *n += 1,
-            None => {
-                symbols.insert(e.symbol.clone(), 1);
-            }
-        }
+            .entry(symbol_key(e.set_id, &e.symbol))
+            .or_default() += 1;
     }
 
     /// Every live entry, in patch order.
@@ -152,11 +150,12 @@ impl Journal {
         if let Some(m) = &mut self.by_slot {
             m.remove(&(e.set_id, e.address));
         }
-        if let Some(m) = self.by_symbol.as_mut().and_then(|m| m.get_mut(&e.set_id)) {
-            if let Some(n) = m.get_mut(&*e.symbol) {
+        if let Some(m) = &mut self.by_symbol {
+            let key = symbol_key(e.set_id, &e.symbol);
+            if let Some(n) = m.get_mut(&key) {
                 *n -= 1;
                 if *n == 0 {
-                    m.remove(&*e.symbol);
+                    m.remove(&key);
                 }
             }
         }
@@ -255,12 +254,12 @@ impl Journal {
         moved
     }
 
-    /// Whether any slot of `symbol` is patched by the given set.
-    pub fn has_symbol(&self, set_id: u64, symbol: &str) -> bool {
+    /// Whether any slot of the hook whose shared name is `symbol` is patched by the given set
+    /// (entries are counted by that name's `Arc`, as the hook made them).
+    pub fn has_symbol(&self, set_id: u64, symbol: &Arc<str>) -> bool {
         self.by_symbol
             .as_ref()
-            .and_then(|m| m.get(&set_id))
-            .is_some_and(|m| m.contains_key(symbol))
+            .is_some_and(|m| m.contains_key(&symbol_key(set_id, symbol)))
     }
 }
 
@@ -277,6 +276,19 @@ mod tests {
         })
     }
 
+    /// One shared name per symbol, as a hook shares its name with all its entries.
+    fn name(symbol: &str) -> Arc<str> {
+        thread_local! {
+            static NAMES: std::cell::RefCell<HashMap<String, Arc<str>>> = Default::default();
+        }
+        NAMES.with(|n| {
+            n.borrow_mut()
+                .entry(symbol.to_owned())
+                .or_insert_with(|| Arc::from(symbol))
+                .clone()
+        })
+    }
+
     fn entry(
         set_id: u64,
         object: &Arc<LoadedObject>,
@@ -286,7 +298,7 @@ mod tests {
         JournalEntry {
             set_id,
             object: object.clone(),
-            symbol: Arc::from(symbol),
+            symbol: name(symbol),
             address,
             kind: RelocKind::JumpSlot,
             old: 1,
@@ -305,7 +317,11 @@ mod tests {
         j.record(entry(2, &a, "g", 8));
         assert_eq!(j.len(), 101);
         assert!(j.contains(1, 8) && j.contains(2, 8) && !j.contains(2, 16));
-        assert!(j.has_symbol(1, "f") && j.has_symbol(2, "g") && !j.has_symbol(1, "g"));
+        assert!(
+            j.has_symbol(1, &name("f"))
+                && j.has_symbol(2, &name("g"))
+                && !j.has_symbol(1, &name("g"))
+        );
 
         assert_eq!(j.forget_object(&b), 50);
         assert_eq!(j.len(), 51);
@@ -324,11 +340,11 @@ mod tests {
             taken[1..].windows(2).all(|w| w[0].address > w[1].address),
             "undo order"
         );
-        assert!(!j.has_symbol(1, "f"));
+        assert!(!j.has_symbol(1, &name("f")));
         assert_eq!(j.len(), 1);
         assert!(j.contains(2, 8));
         assert_eq!(j.forget_object(&a), 1);
-        assert!(j.is_empty() && !j.has_symbol(2, "g"));
+        assert!(j.is_empty() && !j.has_symbol(2, &name("g")));
     }
     /// A plugin opened and closed leaves no hole; a journal that lost most of its entries is
     /// compacted, and every question still gets the answer it got before.
@@ -346,7 +362,7 @@ mod tests {
         }
         assert_eq!(j.forget_object(&c), 3);
         assert_eq!(j.entries.len(), before, "trailing holes dropped");
-        assert!(!j.has_symbol(2, "g"));
+        assert!(!j.has_symbol(2, &name("g")));
 
         // Half removed: kept as holes.
         assert_eq!(j.forget_object(&b), 100);
@@ -364,7 +380,7 @@ mod tests {
             "a mark from before still works"
         );
         assert!(j.contains(3, 0x20_000) && !j.contains(1, 0));
-        assert!(j.has_symbol(3, "h") && !j.has_symbol(1, "f"));
+        assert!(j.has_symbol(3, &name("h")) && !j.has_symbol(1, &name("f")));
         let order: Vec<usize> = j.entries().map(|e| e.address).collect();
         assert!(order.windows(2).all(|w| w[0] < w[1]), "patch order kept");
         let mark = j.mark();

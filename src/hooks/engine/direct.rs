@@ -141,7 +141,7 @@ fn direct_writes<'s>(
                 if stacked
                     || writes.len() == MOST
                     || original == 0
-                    || !journal.has_symbol(set.id, hook.symbol())
+                    || !journal.has_symbol(set.id, hook.shared_symbol())
                 {
                     return None;
                 }

@@ -300,7 +300,7 @@ impl State {
         // different definition found later (another copy of the library) must not replace it;
         // slots bound to that one are conflicts instead.
         let published = hook.original.get();
-        let live = published != 0 && self.journal.has_symbol(set_id, symbol);
+        let live = published != 0 && self.journal.has_symbol(set_id, hook.shared_symbol());
         let mut original = if live {
             published
         } else {

@@ -53,7 +53,7 @@ impl State {
                             && h.version() == hook.version()
                             && h.original.get() == top
                             && top != 0
-                            && self.journal.has_symbol(s.id, h.symbol())
+                            && self.journal.has_symbol(s.id, h.shared_symbol())
                     })
                     .map(|h| h.replacement)
             });
