@@ -25,8 +25,9 @@ use region::Protection;
 
 use crate::{Error, Result};
 
-/// Mappings one map keeps without a heap allocation: a `dlopen` writes one or two pages.
-type Regions = smallvec::SmallVec<[(usize, usize, Protection); 16]>;
+/// Mappings one map keeps without a heap allocation: a `dlopen` writes one or two pages (the
+/// map is returned by value: a bigger inline part would be copied on every `dlopen`).
+type Regions = smallvec::SmallVec<[(usize, usize, Protection); 4]>;
 
 /// An empty mapping: no address is in it.
 const NOTHING: (usize, usize, Protection) = (0, 0, Protection::NONE);
