@@ -29,8 +29,9 @@ pub enum Error {
         /// Address of the slot.
         address: usize,
     },
-    /// A slot to put back lies on a page that is not readable now: its object was unmapped or
-    /// replaced since the slot was patched. It is left alone.
+    /// A slot lies on a page that is not readable now: the object made the page unreadable
+    /// itself (before it was patched), or, for a slot to put back, was unmapped or replaced
+    /// since. It is left alone.
     UnreadableSlot {
         /// Path of the object the slot was patched in.
         object: String,
@@ -102,7 +103,7 @@ impl fmt::Display for Error {
             ),
             Error::UnreadableSlot { object, address } => write!(
                 f,
-                "GOT slot {address:#x} of `{object}` lies on a page that is not readable now (the object was unmapped or replaced since it was patched); left alone"
+                "GOT slot {address:#x} of `{object}` lies on a page that is not readable now (the object changed the page's protection, or was unmapped or replaced since it was patched); left alone"
             ),
             Error::QueryProtection { address, errno } => write!(
                 f,
