@@ -13,9 +13,14 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 type Call = unsafe extern "C" fn(c_int, c_int) -> c_int;
 
 fn open(name: &str, mode: c_int) -> *mut c_void {
+    open_with(libc::dlopen, name, mode)
+}
+
+/// Open a fixture library with `opener` (`dlopen`, or a patched library's call of it).
+fn open_with(opener: OpenFn, name: &str, mode: c_int) -> *mut c_void {
     let path = CString::new(common::fixtures_dir().join(name).to_str().unwrap()).unwrap();
-    // SAFETY: a fixture library built by build.rs.
-    let h = unsafe { libc::dlopen(path.as_ptr(), mode) };
+    // SAFETY: a fixture library built by build.rs, opened with dlopen's own contract.
+    let h = unsafe { opener(path.as_ptr(), mode) };
     assert!(!h.is_null(), "dlopen {name}");
     h
 }
@@ -319,6 +324,38 @@ fn a_child_forked_during_an_engine_operation_can_use_the_engine() {
     );
 }
 
+/// Whether this kernel answers `PROCMAP_QUERY` (Linux >= 6.11); says why the calling test is
+/// skipped when it does not (the readers then trust the segment flags, a documented limit).
+fn kernel_query_or_skip() -> bool {
+    let ok = cuhook::elf::ProtectionMap::for_addresses(std::iter::empty())
+        .is_ok_and(|m| m.uses_kernel_query());
+    if !ok {
+        eprintln!("skipped: this kernel has no PROCMAP_QUERY (Linux >= 6.11)");
+    }
+    ok
+}
+
+/// Run `work` in a forked child, so that a crash is a failed check, not a dead test binary:
+/// `Ok(exit code)`, or `Err(signal)` when it was killed.
+fn in_child(work: impl FnOnce() -> c_int) -> Result<c_int, c_int> {
+    // SAFETY: the child runs `work` and _exits without the parent's exit handlers.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let code = work();
+        // SAFETY: as above.
+        unsafe { libc::_exit(code) };
+    }
+    assert!(pid > 0, "fork");
+    let mut status = 0;
+    // SAFETY: our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    if libc::WIFEXITED(status) {
+        Ok(libc::WEXITSTATUS(status))
+    } else {
+        Err(libc::WTERMSIG(status))
+    }
+}
+
 /// Issue 12 item 3: a library that made its own symbol-table page unreadable. Installing (in a
 /// child process, so that a crash is a failed check) must not fault: the readers trust the
 /// page's real protection, not the segment's flags, and leave that library unread.
@@ -328,18 +365,11 @@ fn a_library_with_an_unreadable_symbol_table_is_left_unread() {
     static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
     static CALLS: AtomicUsize = AtomicUsize::new(0);
     counting_hook!(add, REAL_ADD, CALLS);
-    let kernel_query = cuhook::elf::ProtectionMap::for_addresses(std::iter::empty())
-        .is_ok_and(|m| m.uses_kernel_query());
-    if !kernel_query {
-        // The documented limit: without PROCMAP_QUERY the readers trust the segment flags.
-        eprintln!("skipped: this kernel has no PROCMAP_QUERY (Linux >= 6.11)");
+    if !kernel_query_or_skip() {
         return;
     }
-
     open("libtarget.so", libc::RTLD_NOW | libc::RTLD_GLOBAL);
-    // SAFETY: the child only installs, uninstalls and _exits.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
+    let outcome = in_child(|| {
         // Not looked up with dlsym: glibc's own lookup would fault on the hidden table.
         open("libhide_symbols.so", libc::RTLD_NOW | libc::RTLD_LOCAL);
         let plugin = function(
@@ -357,21 +387,12 @@ fn a_library_with_an_unreadable_symbol_table_is_left_unread() {
             }
             Err(_) => false,
         };
-        // SAFETY: ends the child without running the parent's exit handlers.
-        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
-    }
-    assert!(pid > 0);
-    let mut status = 0;
-    // SAFETY: our own child.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "install with an unreadable symbol table: wait status {status:#x} (signal {})",
-        if libc::WIFSIGNALED(status) {
-            libc::WTERMSIG(status)
-        } else {
-            0
-        }
+        c_int::from(!ok)
+    });
+    assert_eq!(
+        outcome,
+        Ok(0),
+        "install with an unreadable symbol table: Ok(exit) or Err(signal)"
     );
 }
 
@@ -387,30 +408,12 @@ fn a_library_that_hid_its_own_plt_slots_is_left_unpatched() {
     static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
     static CALLS: AtomicUsize = AtomicUsize::new(0);
     counting_hook!(add, REAL_ADD, CALLS);
-    let kernel_query = cuhook::elf::ProtectionMap::for_addresses(std::iter::empty())
-        .is_ok_and(|m| m.uses_kernel_query());
-    if !kernel_query {
-        eprintln!("skipped: this kernel has no PROCMAP_QUERY (Linux >= 6.11)");
+    if !kernel_query_or_skip() {
         return;
     }
     open("libtarget.so", libc::RTLD_NOW | libc::RTLD_GLOBAL);
-    // Opens after install go through libdlcaller.so, whose `dlopen` slot the loader set
-    // patches (this test program is cuhook's own object, left alone).
-    type Open = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
-    // SAFETY: the fixture's dlopen wrapper, of dlopen's type.
-    let dlcaller_open: Open = unsafe {
-        std::mem::transmute(libc::dlsym(
-            open("libdlcaller.so", libc::RTLD_NOW),
-            c"dlcaller_open".as_ptr(),
-        ))
-    };
-    let open_hooked = |name: &str, mode: c_int| {
-        let path = CString::new(common::fixtures_dir().join(name).to_str().unwrap()).unwrap();
-        // SAFETY: a fixture library built by build.rs.
-        let h = unsafe { dlcaller_open(path.as_ptr(), mode) };
-        assert!(!h.is_null(), "dlopen {name}");
-        h
-    };
+    // Opens after install go through libdlcaller.so (see `FromLibrary`).
+    let hooked_open = from_library().open;
     // (when it is opened, its mode): after install bound at load, after install lazily bound,
     // before install.
     let cases = [
@@ -419,9 +422,7 @@ fn a_library_that_hid_its_own_plt_slots_is_left_unpatched() {
         (false, libc::RTLD_NOW),
     ];
     for (after_install, mode) in cases {
-        // SAFETY: the child only opens fixtures, installs, calls and _exits.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
+        let outcome = in_child(|| {
             // Its slot of target_add, patched at install, makes the hook live: a library
             // opened later bound to that original is the direct path's case.
             let second = function(
@@ -435,11 +436,15 @@ fn a_library_that_hid_its_own_plt_slots_is_left_unpatched() {
             let code = match cuhook::hooks::install(&set) {
                 Ok(i) => {
                     if after_install {
-                        open_hooked("libhide_got.so", mode | libc::RTLD_LOCAL);
+                        open_with(hooked_open, "libhide_got.so", mode | libc::RTLD_LOCAL);
                     }
                     let hidden = std::env::var("CUHOOK_TEST_GOT_HIDDEN").is_ok_and(|v| v == "1");
                     let plugin = function(
-                        open_hooked("libplugin.so", libc::RTLD_NOW | libc::RTLD_LOCAL),
+                        open_with(
+                            hooked_open,
+                            "libplugin.so",
+                            libc::RTLD_NOW | libc::RTLD_LOCAL,
+                        ),
                         "plugin_call",
                     );
                     let before = CALLS.load(Ordering::Relaxed);
@@ -462,22 +467,17 @@ fn a_library_that_hid_its_own_plt_slots_is_left_unpatched() {
                 }
                 Err(_) => 2,
             };
-            // SAFETY: ends the child without running the parent's exit handlers.
-            unsafe { libc::_exit(code) };
-        }
-        assert!(pid > 0);
-        let mut status = 0;
-        // SAFETY: our own child.
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        let what = match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
-            (true, 0) => continue,
-            (true, 2) => "install failed".to_owned(),
-            (true, 3) => "the fixture did not hide its slot page (layout)".to_owned(),
-            (true, 4) => "libplugin.so or libsecond.so not hooked afterwards".to_owned(),
-            (true, 5) => "the unreadable slot page is not in the diagnostics".to_owned(),
-            (true, 6) => "a slot of libhide_got.so is in the journal".to_owned(),
-            (true, c) => format!("exit {c}"),
-            (false, _) => format!("killed by signal {}", libc::WTERMSIG(status)),
+            code
+        });
+        let what = match outcome {
+            Ok(0) => continue,
+            Ok(2) => "install failed".to_owned(),
+            Ok(3) => "the fixture did not hide its slot page (layout)".to_owned(),
+            Ok(4) => "libplugin.so or libsecond.so not hooked afterwards".to_owned(),
+            Ok(5) => "the unreadable slot page is not in the diagnostics".to_owned(),
+            Ok(6) => "a slot of libhide_got.so is in the journal".to_owned(),
+            Ok(c) => format!("exit {c}"),
+            Err(signal) => format!("killed by signal {signal}"),
         };
         panic!("opened after install: {after_install}, mode {mode:#x}: {what}");
     }
