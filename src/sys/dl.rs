@@ -80,6 +80,23 @@ pub(crate) unsafe fn link_map(handle: Handle) -> Option<*const LinkMap> {
     if HANDLE_IS_MAP.load(Ordering::Relaxed) == SAME {
         return Some(handle as *const LinkMap);
     }
+    // SAFETY: forwarded from the caller.
+    let map = unsafe { asked_link_map(handle) }?;
+    let seen = if map.cast::<c_void>() == handle.cast_const() {
+        SAME
+    } else {
+        OTHER
+    };
+    // The first answer decides; a loader never mixes the two.
+    let _ = HANDLE_IS_MAP.compare_exchange(UNSEEN, seen, Ordering::Relaxed, Ordering::Relaxed);
+    Some(map)
+}
+
+/// The link map `dlinfo(RTLD_DI_LINKMAP)` gives for `handle`.
+///
+/// # Safety
+/// `handle` is live.
+unsafe fn asked_link_map(handle: Handle) -> Option<*const LinkMap> {
     let mut map: *const LinkMap = std::ptr::null();
     // SAFETY: RTLD_DI_LINKMAP stores a `struct link_map *` into the pointed-to variable.
     let rc = unsafe {
@@ -89,17 +106,7 @@ pub(crate) unsafe fn link_map(handle: Handle) -> Option<*const LinkMap> {
             (&mut map as *mut *const LinkMap).cast(),
         )
     };
-    if rc != 0 || map.is_null() {
-        return None;
-    }
-    let seen = if map.cast::<c_void>() == handle.cast_const() {
-        SAME
-    } else {
-        OTHER
-    };
-    // The first answer decides; a loader never mixes the two.
-    let _ = HANDLE_IS_MAP.compare_exchange(UNSEEN, seen, Ordering::Relaxed, Ordering::Relaxed);
-    Some(map)
+    (rc == 0 && !map.is_null()).then_some(map)
 }
 
 /// Load bias and recorded path of the object behind `handle`.
@@ -493,19 +500,6 @@ mod tests {
     /// time) or the handle was taken as its own link map (afterwards, on glibc).
     #[test]
     fn a_handles_link_map_is_the_loaders_answer() {
-        let asked = |h: Handle| {
-            let mut map: *const LinkMap = std::ptr::null();
-            // SAFETY: a live handle; RTLD_DI_LINKMAP stores one pointer.
-            let rc = unsafe {
-                libc::dlinfo(
-                    h,
-                    libc::RTLD_DI_LINKMAP,
-                    (&mut map as *mut *const LinkMap).cast(),
-                )
-            };
-            assert_eq!(rc, 0);
-            map
-        };
         let handles: Vec<Handle> = [None, Some(c"libc.so.6"), Some(c"libm.so.6")]
             .into_iter()
             .filter_map(open_loaded)
@@ -514,7 +508,10 @@ mod tests {
         for _ in 0..2 {
             for &h in &handles {
                 // SAFETY: handles opened above, still open.
-                assert_eq!(unsafe { link_map(h) }, Some(asked(h)));
+                let asked = unsafe { asked_link_map(h) };
+                assert!(asked.is_some(), "dlinfo answers a live handle");
+                // SAFETY: as above.
+                assert_eq!(unsafe { link_map(h) }, asked);
             }
         }
         assert_ne!(HANDLE_IS_MAP.load(Ordering::Relaxed), UNSEEN);

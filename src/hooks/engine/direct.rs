@@ -65,6 +65,10 @@ impl State {
         if idx.defines_wanted() {
             return Direct::Planner(0);
         }
+        // Imports nothing hooked (most libraries a program opens): nothing to ask or read.
+        if idx.is_empty() {
+            return Direct::Done(0);
+        }
         // Asked before any slot is read (a page the object made unreadable is the planner's
         // to report); the writes reuse the answers.
         let addresses = idx.named_slots().map(|(.., slot)| slot.address);
