@@ -1,8 +1,8 @@
 //! All per-thread state of the events module, in one const-initialised thread-local.
 //!
-//! One variable, not one per concern: in the cdylib every distinct thread-local costs a call
-//! (a TLS descriptor's resolver, or `__tls_get_addr` in a build without descriptors; see
-//! `.cargo/config.toml`), and a dispatch touches both the slot bookkeeping and the hook guard. Plain `Cell`s of `Copy` values: no destructor is registered, so it works
+//! One variable, not one per concern: in the cdylib (general-dynamic TLS model) every distinct
+//! thread-local costs a `__tls_get_addr` call, and a dispatch touches both the slot bookkeeping
+//! and the hook guard. Plain `Cell`s of `Copy` values: no destructor is registered, so it works
 //! before `main`, during thread exit and without allocating.
 
 use std::cell::Cell;
