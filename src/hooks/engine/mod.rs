@@ -145,7 +145,7 @@ pub(crate) fn install(set: &HookSet, loader_set: fn() -> HookSet) -> Result<u64>
 /// installed set, forget objects that were unloaded. Cheap when nothing changed (one
 /// `dl_iterate_phdr` step, no lock). `patience`: how long to wait for a busy engine.
 pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
-    if changed().is_none() {
+    if loader_changed().is_none() {
         return Ok(0);
     }
     let Some(mut op) = Operation::begin(patience) else {
@@ -161,18 +161,18 @@ pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
 /// counters say exactly one object was added since the last scan and `handle`'s object is
 /// unknown, that object is the new one: it is described through the handle and patched
 /// while the handle pins it, without walking the list of loaded objects or pinning by name.
+/// `now`: the loader's counters, as [`loader_changed`] returned them.
 ///
 /// # Safety
 /// `handle` must be the live handle the real `dlopen` just returned, not yet handed to the
 /// caller (so nobody can close it meanwhile).
 #[allow(unsafe_code)]
+#[inline(never)]
 pub(crate) unsafe fn rescan_opened(
     handle: *mut c_void,
+    now: Counters,
     patience: Option<Duration>,
 ) -> Result<usize> {
-    let Some(now) = changed() else {
-        return Ok(0);
-    };
     let mut op = Operation::begin(patience).ok_or_else(busy)?;
     // SAFETY: forwarded from the caller.
     Ok(unsafe { op.state().sync_opened(handle, now) })
@@ -180,18 +180,24 @@ pub(crate) unsafe fn rescan_opened(
 
 /// After a successful `dlclose(handle)`: like [`rescan`], but when exactly one object was
 /// removed since the last scan and it is the known object of `handle`, and glibc confirms that
-/// nothing is mapped there any more, only that object is forgotten (no walk).
-pub(crate) fn rescan_closed(handle: *mut c_void, patience: Option<Duration>) -> Result<usize> {
-    let Some(now) = changed() else {
-        return Ok(0);
-    };
+/// nothing is mapped there any more, only that object is forgotten (no walk). `now`: as for
+/// [`rescan_opened`].
+#[inline(never)]
+pub(crate) fn rescan_closed(
+    handle: *mut c_void,
+    now: Counters,
+    patience: Option<Duration>,
+) -> Result<usize> {
     let mut op = Operation::begin(patience).ok_or_else(busy)?;
     Ok(op.state().sync_closed(handle as usize, now))
 }
 
 /// The loader's counters now, if something was loaded or unloaded since the last scan; `None`
-/// when nothing was (no lock, no allocation).
-fn changed() -> Option<elf::Counters> {
+/// when nothing was (no lock, no allocation). Inlined into the loader interposers, so that a
+/// `dlopen` or `dlclose` that changed nothing (an already-loaded library) costs this and
+/// nothing more: the engine's entry points, with their large frames, are not called.
+#[inline]
+pub(crate) fn loader_changed() -> Option<Counters> {
     let now = elf::counters();
     let same = now.adds == SCANNED_ADDS.load(Ordering::Acquire)
         && now.subs == SCANNED_SUBS.load(Ordering::Acquire);

@@ -214,10 +214,12 @@ impl Drop for DepthGuard {
 /// After a successful open: patch what it loaded (outermost open only).
 fn after_open(handle: *mut c_void, depth: &DepthGuard) {
     if !handle.is_null() && depth.0 == 1 {
-        // SAFETY: `handle` was just returned by the real loader and is not yet the caller's,
-        // so it stays open for this call.
-        #[allow(unsafe_code)]
-        let _ = unsafe { super::engine::rescan_opened(handle, Some(PATIENCE)) };
+        if let Some(now) = super::engine::loader_changed() {
+            // SAFETY: `handle` was just returned by the real loader and is not yet the
+            // caller's, so it stays open for this call.
+            #[allow(unsafe_code)]
+            let _ = unsafe { super::engine::rescan_opened(handle, now, Some(PATIENCE)) };
+        }
     }
 }
 
@@ -285,10 +287,13 @@ pub(super) extern "C" fn dlclose_from(handle: *mut c_void, _caller: usize) -> c_
     #[allow(unsafe_code)]
     let rc = unsafe { real_dlclose()(handle) };
     if rc == 0 && depth.0 == 1 {
-        let _ = guarded(
-            || super::engine::rescan_closed(handle, Some(PATIENCE)),
-            || Ok(0),
-        );
+        // Reading the counters cannot unwind (the walk's callback catches its own panics).
+        if let Some(now) = super::engine::loader_changed() {
+            let _ = guarded(
+                || super::engine::rescan_closed(handle, now, Some(PATIENCE)),
+                || Ok(0),
+            );
+        }
     }
     rc
 }
