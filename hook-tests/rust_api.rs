@@ -7,6 +7,11 @@
 mod common;
 
 use std::ffi::{c_void, CString};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// The tests install and detach process-wide state: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 type CuInit = unsafe extern "C" fn(u32) -> i32;
 type CuDeviceGet = unsafe extern "C" fn(*mut i32, i32) -> i32;
@@ -36,6 +41,7 @@ fn real(driver: *mut c_void, name: &str) -> *mut c_void {
 
 #[test]
 fn the_last_uninstall_detaches_and_empties_the_registry() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let path = common::fixtures_dir().join("libcuda.so.1");
     let path = CString::new(path.to_str().unwrap()).unwrap();
     // SAFETY: loading the fake driver fixture.
@@ -98,4 +104,83 @@ fn the_last_uninstall_detaches_and_empties_the_registry() {
         "the registry kept ranges"
     );
     assert_eq!(cuhook::registry::stats().live, 0);
+}
+
+/// Bytes of the last free event a subscriber of the test below saw.
+static FREED_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+fn on_free(ev: &cuhook::events::MemEvent, _ctx: usize) {
+    if ev.kind == cuhook::events::EventKind::Free {
+        FREED_BYTES.store(ev.size, Ordering::SeqCst);
+    }
+}
+
+/// A free the registry cannot answer for (here: it was detached) is described by the driver
+/// (two calls) so that subscribers learn its size: only when someone listens. With nobody,
+/// the hook must not ask the driver anything.
+#[test]
+fn an_unknown_free_asks_the_driver_only_for_a_subscriber() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let path = common::fixtures_dir().join("libcuda.so.1");
+    let path = CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: loading the fake driver fixture.
+    let driver = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+    assert!(!driver.is_null(), "the fake driver did not load");
+    type CallCount = unsafe extern "C" fn(*const std::ffi::c_char) -> std::ffi::c_ulong;
+    // SAFETY: the fixture's counter of calls by API name.
+    let count: CallCount = unsafe { std::mem::transmute(real(driver, "fakecuda_call_count")) };
+    let asked = || {
+        // SAFETY: NUL-terminated API names.
+        unsafe {
+            count(c"cuPointerGetAttributes".as_ptr()) + count(c"cuMemGetAddressRange_v2".as_ptr())
+        }
+    };
+
+    let hooks = cuhook::install().unwrap();
+    let (init, device_get, retain, set_current, alloc, free): (
+        CuInit,
+        CuDeviceGet,
+        CuPrimaryRetain,
+        CuCtxSetCurrent,
+        CuMemAlloc,
+        CuMemFree,
+    ) = (
+        sym(driver, "cuInit"),
+        sym(driver, "cuDeviceGet"),
+        sym(driver, "cuDevicePrimaryCtxRetain"),
+        sym(driver, "cuCtxSetCurrent"),
+        sym(driver, "cuMemAlloc_v2"),
+        sym(driver, "cuMemFree_v2"),
+    );
+    let (mut dev, mut ctx, mut quiet, mut heard) = (0, std::ptr::null_mut(), 0u64, 0u64);
+    // SAFETY: the fake driver's entry points (through cuhook's hooks) with valid out-pointers.
+    unsafe {
+        assert_eq!(init(0), 0);
+        assert_eq!(device_get(&mut dev, 0), 0);
+        assert_eq!(retain(&mut ctx, dev), 0);
+        assert_eq!(set_current(ctx), 0);
+        assert_eq!(alloc(&mut quiet, 1 << 16), 0);
+        assert_eq!(alloc(&mut heard, 3 << 16), 0);
+    }
+    cuhook::registry::detach();
+
+    let before = asked();
+    // SAFETY: the hooked free of our own allocation.
+    unsafe { assert_eq!(free(quiet), 0) };
+    assert_eq!(
+        asked(),
+        before,
+        "the driver was asked about a free nobody listens to"
+    );
+
+    let sub = cuhook::subscribe(cuhook::events::mask::ALL, 0, on_free, 0).unwrap();
+    // SAFETY: as above.
+    unsafe { assert_eq!(free(heard), 0) };
+    assert!(
+        asked() > before,
+        "a subscriber's free event was not described by the driver"
+    );
+    assert_eq!(FREED_BYTES.load(Ordering::SeqCst), 3 << 16);
+    drop(sub);
+    drop(hooks);
 }

@@ -90,8 +90,12 @@ pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream:
     }
     let removed = if registry::attached_hot() {
         registry::hot().remove_allocation(address)
-    } else {
+    } else if events::list().has_subscribers() {
         None
+    } else {
+        // No registry to update and nobody to tell: asking the driver what the pointer was
+        // (two calls, in `unknown_free`) would serve no one.
+        return Pending::Nothing;
     };
     match removed {
         Some(record) => {
