@@ -90,12 +90,8 @@ pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream:
     }
     let removed = if registry::attached_hot() {
         registry::hot().remove_allocation(address)
-    } else if events::list().has_subscribers() {
-        None
     } else {
-        // No registry to update and nobody to tell: asking the driver what the pointer was
-        // (two calls, in `unknown_free`) would serve no one.
-        return Pending::Nothing;
+        None
     };
     match removed {
         Some(record) => {
@@ -122,6 +118,11 @@ pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream:
 /// tell is the free dispatched after it succeeded, with size 0.
 #[cold]
 fn unknown_free(api: &'static CStr, address: usize, extra_flags: u32, stream: usize) -> Pending {
+    // No registry to update and nobody to tell: asking the driver what the pointer was (two
+    // calls) would serve no one.
+    if !registry::attached_hot() && !events::list().has_subscribers() {
+        return Pending::Nothing;
+    }
     if let Some(d) = query::describe(address) {
         let mut record = Allocation::new(d.base, d.size, api);
         record.mem_type = d.mem_type;
