@@ -39,40 +39,54 @@ fn real(driver: *mut c_void, name: &str) -> *mut c_void {
     p
 }
 
-#[test]
-fn the_last_uninstall_detaches_and_empties_the_registry() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+/// The fake driver, loaded globally (once per process; later calls return the same handle).
+fn load_driver() -> *mut c_void {
     let path = common::fixtures_dir().join("libcuda.so.1");
     let path = CString::new(path.to_str().unwrap()).unwrap();
     // SAFETY: loading the fake driver fixture.
     let driver = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
     assert!(!driver.is_null(), "the fake driver did not load");
+    driver
+}
 
-    let first = cuhook::install().unwrap();
-    let second = cuhook::install().unwrap();
-    let (init, device_get, retain, set_current, alloc, free): (
+/// Initialise the driver and make device 0's primary context current, through the hooks (the
+/// CUDA set must be installed).
+fn make_context_current(driver: *mut c_void) {
+    let (init, device_get, retain, set_current): (
         CuInit,
         CuDeviceGet,
         CuPrimaryRetain,
         CuCtxSetCurrent,
-        CuMemAlloc,
-        CuMemFree,
     ) = (
         sym(driver, "cuInit"),
         sym(driver, "cuDeviceGet"),
         sym(driver, "cuDevicePrimaryCtxRetain"),
         sym(driver, "cuCtxSetCurrent"),
-        sym(driver, "cuMemAlloc_v2"),
-        // SAFETY: the driver's own cuMemFree_v2, as a program whose slot was restored calls it.
-        unsafe { std::mem::transmute::<*mut c_void, CuMemFree>(real(driver, "cuMemFree_v2")) },
     );
-    let (mut dev, mut ctx, mut kept, mut freed) = (0, std::ptr::null_mut(), 0u64, 0u64);
+    let (mut dev, mut ctx) = (0, std::ptr::null_mut());
     // SAFETY: the fake driver's entry points (through cuhook's hooks) with valid out-pointers.
     unsafe {
         assert_eq!(init(0), 0);
         assert_eq!(device_get(&mut dev, 0), 0);
         assert_eq!(retain(&mut ctx, dev), 0);
         assert_eq!(set_current(ctx), 0);
+    }
+}
+
+#[test]
+fn the_last_uninstall_detaches_and_empties_the_registry() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let driver = load_driver();
+    let first = cuhook::install().unwrap();
+    let second = cuhook::install().unwrap();
+    make_context_current(driver);
+    let alloc: CuMemAlloc = sym(driver, "cuMemAlloc_v2");
+    // SAFETY: the driver's own cuMemFree_v2, as a program whose slot was restored calls it.
+    let free =
+        unsafe { std::mem::transmute::<*mut c_void, CuMemFree>(real(driver, "cuMemFree_v2")) };
+    let (mut kept, mut freed) = (0u64, 0u64);
+    // SAFETY: the fake driver's allocation (through the hook) with valid out-pointers.
+    unsafe {
         assert_eq!(alloc(&mut kept, 1 << 16), 0);
         assert_eq!(alloc(&mut freed, 1 << 16), 0);
     }
@@ -121,11 +135,7 @@ fn on_free(ev: &cuhook::events::MemEvent, _ctx: usize) {
 #[test]
 fn an_unknown_free_asks_the_driver_only_for_a_subscriber() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let path = common::fixtures_dir().join("libcuda.so.1");
-    let path = CString::new(path.to_str().unwrap()).unwrap();
-    // SAFETY: loading the fake driver fixture.
-    let driver = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-    assert!(!driver.is_null(), "the fake driver did not load");
+    let driver = load_driver();
     type CallCount = unsafe extern "C" fn(*const std::ffi::c_char) -> std::ffi::c_ulong;
     // SAFETY: the fixture's counter of calls by API name.
     let count: CallCount = unsafe { std::mem::transmute(real(driver, "fakecuda_call_count")) };
@@ -137,28 +147,12 @@ fn an_unknown_free_asks_the_driver_only_for_a_subscriber() {
     };
 
     let hooks = cuhook::install().unwrap();
-    let (init, device_get, retain, set_current, alloc, free): (
-        CuInit,
-        CuDeviceGet,
-        CuPrimaryRetain,
-        CuCtxSetCurrent,
-        CuMemAlloc,
-        CuMemFree,
-    ) = (
-        sym(driver, "cuInit"),
-        sym(driver, "cuDeviceGet"),
-        sym(driver, "cuDevicePrimaryCtxRetain"),
-        sym(driver, "cuCtxSetCurrent"),
-        sym(driver, "cuMemAlloc_v2"),
-        sym(driver, "cuMemFree_v2"),
-    );
-    let (mut dev, mut ctx, mut quiet, mut heard) = (0, std::ptr::null_mut(), 0u64, 0u64);
-    // SAFETY: the fake driver's entry points (through cuhook's hooks) with valid out-pointers.
+    make_context_current(driver);
+    let (alloc, free): (CuMemAlloc, CuMemFree) =
+        (sym(driver, "cuMemAlloc_v2"), sym(driver, "cuMemFree_v2"));
+    let (mut quiet, mut heard) = (0u64, 0u64);
+    // SAFETY: the fake driver's allocation (through the hook) with valid out-pointers.
     unsafe {
-        assert_eq!(init(0), 0);
-        assert_eq!(device_get(&mut dev, 0), 0);
-        assert_eq!(retain(&mut ctx, dev), 0);
-        assert_eq!(set_current(ctx), 0);
         assert_eq!(alloc(&mut quiet, 1 << 16), 0);
         assert_eq!(alloc(&mut heard, 3 << 16), 0);
     }
