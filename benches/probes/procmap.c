@@ -1,7 +1,7 @@
 /* What the loader path's kernel queries cost in a big process: N bench libraries are loaded
  * (target/release/bench-libs, made by `cargo bench --bench install`), then, five times, the
  * whole of /proc/self/maps is read once, and one PROCMAP_QUERY ioctl (Linux >= 6.11) is made
- * per object (its PT_DYNAMIC address). docs/performance.md (tenth look of the loader section)
+ * per object (its PT_DYNAMIC address). docs/performance-log.md (tenth look of the loader section)
  * quotes it.
  *
  *   cc -O2 benches/probes/procmap.c -o /tmp/procmap -ldl

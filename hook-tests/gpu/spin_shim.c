@@ -2,7 +2,7 @@
 // work before the real call — no cuhook at all — to see how the driver's many-thread time per
 // pair responds to work done between its calls. Build: gcc -O2 -shared -fPIC -o spin_shim.so
 // spin_shim.c -ldl; run: SPIN=450 NO_CUHOOK=1 LD_PRELOAD=./spin_shim.so bench pairs drv 16
-// (docs/performance.md, "What the 16-thread overhead is").
+// (docs/performance-log.md, "What the 16-thread overhead is").
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>

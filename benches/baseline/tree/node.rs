@@ -29,7 +29,8 @@ use super::Allocation;
 use cuhook::events::MemType;
 
 /// Entries per node. 16 keys fill two cache lines; 32 and 64 measured slower for hot lookups
-/// (longer in-node scans) and only slightly faster for cold ones (see `docs/performance.md`).
+/// (longer in-node scans) and only slightly faster for cold ones (see `docs/performance.md` as of
+/// `3e3f66f`, before the page table replaced this tree).
 pub(super) const B: usize = 16;
 
 // Splits and merges assume room for a few entries; the writer's path stores indices in a `u8`.
