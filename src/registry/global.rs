@@ -109,9 +109,11 @@ pub struct RegistryStats {
     pub live_bytes: usize,
     /// Inserts over a live range (a pool handed the address out again without a seen free).
     pub missed_frees: u64,
-    /// Frees of pointers the registry never held.
+    /// Frees of pointers the registry never held, counted while the registry is attached or an
+    /// event subscriber listens: a free that nobody observes is not looked into.
     pub unknown_frees: u64,
-    /// Frees the driver refused after they were announced.
+    /// Frees the driver refused after they were announced (frees are announced while the
+    /// registry is attached or a subscriber listens).
     pub failed_frees: u64,
 }
 
