@@ -36,6 +36,45 @@ loader_tests! {
     concurrent_dlopen_calls_and_installs: "stress" => ["stress_no_errors", "stress_results", "stress_rounds"];
 }
 
+/// The exit report's warning about libraries whose constructors ran before they were hooked
+/// names them (before: only how many). The `plugins` scenario opens libplugin_ctor.so after
+/// install; here cuhook also starts as it would preloaded, so that it writes the report.
+#[test]
+fn exit_report_names_the_libraries_whose_constructors_ran_unhooked() {
+    let run = run_fixture(
+        "app_dl",
+        &["plugins"],
+        &[("CUHOOK_DISABLE", "0"), ("CUHOOK_REPORT", "stderr")],
+    );
+    assert!(
+        run.checks()
+            .iter()
+            .any(|(name, ok, _)| name == "late_constructors_reported" && *ok),
+        "{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    let warning = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("ran before they were hooked"))
+        .unwrap_or_else(|| panic!("no warning about late constructors:\n{}", run.stderr));
+    let (count, names) = warning
+        .split_once("): ")
+        .unwrap_or_else(|| panic!("the warning names no library: {warning}"));
+    assert!(names.contains("/libplugin_ctor.so"), "{warning}");
+    let n: usize = count
+        .split_once("constructors of ")
+        .and_then(|(_, rest)| rest.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no count: {warning}"));
+    assert!((1..=8).contains(&n), "{warning}");
+    assert_eq!(
+        names.split(", ").count(),
+        n,
+        "each of the {n} libraries is named: {warning}"
+    );
+}
+
 /// Issue 12 item 10: a `dlclose` nested in a library's destructor (the loader's lock held)
 /// while another thread opens and closes a plugin to patch and a third toggles a hook set: no
 /// call may wait out the interposers' patience (before the fix: stalls of 2 s in every run).
@@ -217,12 +256,17 @@ fn a_later_library_defining_a_hooked_function_gives_its_original() {
     }
     type Open = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
     type Close = unsafe extern "C" fn(*mut c_void) -> c_int;
+    type Lookup = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
     let dir = common::fixtures_dir();
     let path = |name: &str| CString::new(dir.join(name).to_str().unwrap()).unwrap();
     let lib = path("sub/libsubonly.so");
     // SAFETY: fixture libraries built by build.rs; symbols looked up with their C types.
     unsafe {
+        // This program contains cuhook and is patched like any other: once installed, its own
+        // `dlsym` answers with hooks. The definitions are asked from the loader's own dlsym,
+        // taken before the install.
+        let raw: Lookup = std::mem::transmute(libc::dlsym(libc::RTLD_DEFAULT, c"dlsym".as_ptr()));
         let caller = libc::dlopen(path("libdlcaller.so").as_ptr(), libc::RTLD_NOW);
         assert!(!caller.is_null());
         let open: Open = std::mem::transmute(libc::dlsym(caller, c"dlcaller_open".as_ptr()));
@@ -254,9 +298,14 @@ fn a_later_library_defining_a_hooked_function_gives_its_original() {
         let before = cuhook::hooks::diagnostics();
         let h = open(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
         assert!(!h.is_null());
-        let defined = libc::dlsym(h, c"subonly_answer".as_ptr()) as usize;
+        let defined = raw(h, c"subonly_answer".as_ptr()) as usize;
         assert_ne!(defined, 0);
         assert_eq!(REAL_ANSWER.load(Ordering::Acquire), defined, "RTLD_LOCAL");
+        assert_eq!(
+            libc::dlsym(h, c"subonly_answer".as_ptr()) as usize,
+            answer as *const () as usize,
+            "the program's own dlsym gives the hook"
+        );
         let after = cuhook::hooks::diagnostics();
         assert!(after.quick_scans > before.quick_scans, "{after}");
         assert_eq!(close(h), 0);
@@ -269,7 +318,7 @@ fn a_later_library_defining_a_hooked_function_gives_its_original() {
         let h = libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
         assert!(!h.is_null());
         cuhook::hooks::rescan(Some(std::time::Duration::from_secs(10))).unwrap();
-        let defined = libc::dlsym(h, c"subonly_answer".as_ptr()) as usize;
+        let defined = raw(h, c"subonly_answer".as_ptr()) as usize;
         assert_eq!(REAL_ANSWER.load(Ordering::Acquire), defined, "RTLD_GLOBAL");
         installed.uninstall().unwrap();
 
@@ -300,7 +349,7 @@ fn a_later_library_defining_a_hooked_function_gives_its_original() {
             libc::RTLD_NOW | libc::RTLD_LOCAL,
         );
         assert!(!other.is_null());
-        let defined = libc::dlsym(h, c"dep_call".as_ptr()) as usize;
+        let defined = raw(h, c"dep_call".as_ptr()) as usize;
         assert_ne!(defined, 0);
         assert_eq!(
             REAL_DEP.load(Ordering::Acquire),

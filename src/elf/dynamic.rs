@@ -4,8 +4,8 @@
 use goblin::elf::dynamic::{
     DF_TEXTREL, DT_FLAGS, DT_GNU_HASH, DT_HASH, DT_INIT, DT_INIT_ARRAYSZ, DT_JMPREL, DT_NULL,
     DT_PLTGOT, DT_PLTREL, DT_PLTRELSZ, DT_REL, DT_RELA, DT_RELACOUNT, DT_RELAENT, DT_RELASZ,
-    DT_RELCOUNT, DT_RELENT, DT_RELSZ, DT_STRSZ, DT_STRTAB, DT_SYMENT, DT_SYMTAB, DT_TEXTREL,
-    DT_VERDEF, DT_VERDEFNUM, DT_VERNEED, DT_VERNEEDNUM, DT_VERSYM,
+    DT_RELCOUNT, DT_RELENT, DT_RELSZ, DT_SONAME, DT_STRSZ, DT_STRTAB, DT_SYMENT, DT_SYMTAB,
+    DT_TEXTREL, DT_VERDEF, DT_VERDEFNUM, DT_VERNEED, DT_VERNEEDNUM, DT_VERSYM,
 };
 use goblin::elf64::dynamic::Dyn;
 use libc::PT_DYNAMIC;
@@ -50,6 +50,8 @@ pub struct DynamicTables {
     /// `DT_PLTGOT`, when it lies inside the object: the GOT whose third word the loader points
     /// at its lazy-binding resolver if, and only if, it binds the object's PLT slots lazily.
     pub pltgot: Option<usize>,
+    /// `DT_SONAME`: the offset of the object's soname in its string table.
+    pub soname: Option<usize>,
 }
 
 /// The relocation tables of one object (at most three), held inline: the dynamic section is
@@ -138,6 +140,7 @@ impl DynamicTables {
                 DT_PLTGOT => pltgot = Some(v),
                 DT_PLTRELSZ => pltrelsz = v,
                 DT_PLTREL => pltrel = d.d_val,
+                DT_SONAME => t.soname = Some(v),
                 DT_VERSYM => t.versym = Some(v),
                 DT_VERNEED => verneed = Some(v),
                 DT_VERNEEDNUM => verneednum = v,

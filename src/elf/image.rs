@@ -183,6 +183,12 @@ impl<'a> Image<'a> {
     }
 }
 
+/// The NUL-terminated string at `addr` in `obj` (at most `max` bytes, inside one readable
+/// segment), copied.
+pub fn read_c_str(obj: &LoadedObject, addr: usize, max: usize) -> Option<Vec<u8>> {
+    Image::new(obj).c_str(addr, max).map(<[u8]>::to_vec)
+}
+
 /// Whether any readable, read-only segment of `obj` contains `needle` (data a program embeds,
 /// such as the names a statically linked library looks up with `dlsym`). Only the parts the
 /// kernel has readable are scanned (an object may have made some of its pages unreadable), one

@@ -15,7 +15,7 @@ mod versions;
 mod wanted;
 
 pub use dynamic::{absolute, BadTables, DynamicTables, RelocTable};
-pub use image::segments_contain;
+pub use image::{read_c_str, segments_contain};
 pub use index::{IndexFailure, IndexRoom, Indexed, NameFilter, ObjectIndex, RelocKind, Slot};
 pub(crate) use protection::errno_of;
 pub use protection::{letters, CheckedSpan, ProtectionMap};

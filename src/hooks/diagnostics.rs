@@ -57,8 +57,14 @@ pub struct Diagnostics {
     /// Slots someone else re-patched after us, left as found at uninstall.
     pub foreign: Vec<ForeignSlot>,
     /// Objects loaded after install whose constructors ran before their slots were patched
-    /// (constructors run inside `dlopen`): calls made by those constructors were not seen.
+    /// (constructors run inside `dlopen`): calls made by those constructors were not seen. The
+    /// first [`MAX_ENTRIES`] names; [`Diagnostics::constructors_before_patch_total`] counts
+    /// them all.
     pub constructors_before_patch: Vec<String>,
+    /// How many objects [`Diagnostics::constructors_before_patch`] would hold without its
+    /// bound: each name once while the list has room, then every further such object (a
+    /// library reloaded after the list filled up counts again).
+    pub constructors_before_patch_total: u64,
     /// Objects with text relocations (`DT_TEXTREL`) whose code holds addresses of hooked
     /// functions, with how many: code is never made writable, so calls made that way are not
     /// seen (the object's GOT slots are still patched).
@@ -104,6 +110,17 @@ pub(crate) fn push_name_bounded(list: &mut Vec<String>, name: &str) {
     }
 }
 
+/// [`push_name_bounded`] that also counts in `total` what the list leaves out: a name not yet
+/// listed (added, or the list is full and cannot tell) counts one.
+pub(crate) fn push_name_counted(list: &mut Vec<String>, total: &mut u64, name: &str) {
+    if list.len() >= MAX_ENTRIES {
+        *total += 1;
+    } else if !list.iter().any(|n| n == name) {
+        list.push(name.to_owned());
+        *total += 1;
+    }
+}
+
 impl std::fmt::Display for Diagnostics {
     /// One finding per line, `kind detail`, stable for tools to parse.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -141,7 +158,7 @@ impl std::fmt::Display for Diagnostics {
         }
         writeln!(
             f,
-            "counters resolver_races={} rechecked_slots={} objects_indexed={} rescans={} quick_scans={} direct_patches={} deferred_scans={} pinned_by_name={}",
+            "counters resolver_races={} rechecked_slots={} objects_indexed={} rescans={} quick_scans={} direct_patches={} deferred_scans={} pinned_by_name={} constructors_before_patch={}",
             self.resolver_races,
             self.rechecked_slots,
             self.objects_indexed,
@@ -149,7 +166,8 @@ impl std::fmt::Display for Diagnostics {
             self.quick_scans,
             self.direct_patches,
             self.deferred_scans,
-            self.pinned_by_name
+            self.pinned_by_name,
+            self.constructors_before_patch_total
         )
     }
 }
@@ -164,6 +182,7 @@ impl Diagnostics {
             conflicts: Vec::new(),
             foreign: Vec::new(),
             constructors_before_patch: Vec::new(),
+            constructors_before_patch_total: 0,
             text_relocations: Vec::new(),
             resolver_races: 0,
             rechecked_slots: 0,
@@ -174,5 +193,24 @@ impl Diagnostics {
             deferred_scans: 0,
             pinned_by_name: 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counted_names_are_listed_once_and_counted_past_the_bound() {
+        let (mut list, mut total) = (Vec::new(), 0);
+        push_name_counted(&mut list, &mut total, "/a/libx.so");
+        push_name_counted(&mut list, &mut total, "/a/libx.so");
+        push_name_counted(&mut list, &mut total, "/b/liby.so");
+        assert_eq!((list.len(), total), (2, 2));
+        for i in 0..MAX_ENTRIES + 10 {
+            push_name_counted(&mut list, &mut total, &format!("/c/lib{i}.so"));
+        }
+        assert_eq!(list.len(), MAX_ENTRIES);
+        assert_eq!(total, MAX_ENTRIES as u64 + 12);
     }
 }

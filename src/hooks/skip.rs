@@ -1,7 +1,16 @@
-//! Which objects are never patched: cuhook's own object, the vDSO, the dynamic loader, and the
-//! user's exclude list.
+//! Which objects are never patched: the C library `libcuhook.so`, the vDSO, the dynamic loader,
+//! and the user's exclude list.
+//!
+//! The object that contains cuhook's code is skipped only when it *is* the C library (its soname
+//! starts with `libcuhook.so`): nothing in it calls CUDA or loads libraries for a user. When the
+//! crate is linked into a program or into a library of the user's, that object is the host's
+//! own code, and it is patched like any other; cuhook's own loader calls then go through the
+//! functions `sys::real` captured before the first patch, and its driver calls through pointers
+//! it looked up with them, so none of them reaches a hook.
 
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+
+use crate::elf::DynamicTables;
 
 use crate::elf::LoadedObject;
 
@@ -10,7 +19,7 @@ use super::loader::vdso_and_interpreter;
 /// Why an object is not patched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SkipReason {
-    /// The object that contains cuhook: its calls to originals must never reach its own hooks.
+    /// The C library `libcuhook.so` itself (an object holding only cuhook's code).
     SelfObject,
     /// The kernel's vDSO (no relocations to patch).
     Vdso,
@@ -56,9 +65,33 @@ fn self_address() -> usize {
     self_address as *const () as usize
 }
 
+/// Whether the object containing cuhook's code is the C library: decided once (that object
+/// never changes), from its soname.
+fn self_is_the_c_library(own: &LoadedObject) -> bool {
+    const UNKNOWN: u8 = 0;
+    const YES: u8 = 1;
+    const NO: u8 = 2;
+    static ANSWER: AtomicU8 = AtomicU8::new(UNKNOWN);
+    match ANSWER.load(Ordering::Relaxed) {
+        YES => return true,
+        NO => return false,
+        _ => {}
+    }
+    let yes = soname(own).is_some_and(|n| n.starts_with(b"libcuhook.so"));
+    ANSWER.store(if yes { YES } else { NO }, Ordering::Relaxed);
+    yes
+}
+
+/// The object's `DT_SONAME` (read from our own object only: it is mapped while we run).
+fn soname(obj: &LoadedObject) -> Option<Vec<u8>> {
+    let tables = DynamicTables::read(obj).ok()??;
+    let at = tables.strtab.checked_add(tables.soname?)?;
+    crate::elf::read_c_str(obj, at, 256)
+}
+
 /// Whether `obj` must be left alone, and why.
 pub fn skip_reason(obj: &LoadedObject, exclude: &[String]) -> Option<SkipReason> {
-    if obj.contains(self_address()) {
+    if obj.contains(self_address()) && self_is_the_c_library(obj) {
         return Some(SkipReason::SelfObject);
     }
     let (vdso, interp) = vdso_and_interpreter();

@@ -29,6 +29,26 @@ fn static_runtimes() -> Vec<String> {
         .collect()
 }
 
+/// Names a warning lists before it says how many more there are: a process that loads
+/// thousands of libraries still gets one readable line (the diagnostics text has them all).
+const NAMED_IN_WARNING: usize = 8;
+
+/// The warning about libraries whose constructors ran before they were hooked: how many
+/// (`total`, which may exceed the names kept), and the first of `names`.
+fn late_constructors_warning(names: &[String], total: u64) -> String {
+    let shown = &names[..names.len().min(NAMED_IN_WARNING)];
+    let mut w = format!(
+        "constructors of {total} {} loaded after install ran before they were hooked (allocations made there are classified on first lookup instead): {}",
+        if total == 1 { "library" } else { "libraries" },
+        shown.join(", ")
+    );
+    let more = total.saturating_sub(shown.len() as u64);
+    if more > 0 {
+        let _ = write!(w, " and {more} more");
+    }
+    w
+}
+
 /// The whole report, as text.
 pub fn render() -> String {
     let mut r = String::new();
@@ -117,10 +137,10 @@ pub fn render() -> String {
             "{o} has {n} text relocation(s) of hooked functions: its code is never made writable, so calls made through them are not seen"
         ));
     }
-    if !diag.constructors_before_patch.is_empty() {
-        warnings.push(format!(
-            "constructors of {} libraries loaded after install ran before they were hooked (allocations made there are classified on first lookup instead)",
-            diag.constructors_before_patch.len()
+    if diag.constructors_before_patch_total > 0 {
+        warnings.push(late_constructors_warning(
+            &diag.constructors_before_patch,
+            diag.constructors_before_patch_total,
         ));
     }
     let _ = writeln!(r, "\nCoverage warnings: {}", warnings.len());
@@ -128,4 +148,37 @@ pub fn render() -> String {
         let _ = writeln!(r, "  - {w}");
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("/lib/lib{i}.so")).collect()
+    }
+
+    #[test]
+    fn late_constructors_warning_names_the_libraries() {
+        assert_eq!(
+            late_constructors_warning(&names(1), 1),
+            "constructors of 1 library loaded after install ran before they were hooked (allocations made there are classified on first lookup instead): /lib/lib0.so"
+        );
+        let w = late_constructors_warning(&names(3), 3);
+        assert!(
+            w.starts_with("constructors of 3 libraries ")
+                && w.ends_with(": /lib/lib0.so, /lib/lib1.so, /lib/lib2.so"),
+            "{w}"
+        );
+    }
+
+    #[test]
+    fn late_constructors_warning_is_bounded() {
+        let w = late_constructors_warning(&names(8), 8);
+        assert!(w.ends_with("/lib/lib7.so"), "{w}");
+        let w = late_constructors_warning(&names(256), 5000);
+        assert!(w.starts_with("constructors of 5000 libraries "), "{w}");
+        assert!(w.ends_with(": /lib/lib0.so, /lib/lib1.so, /lib/lib2.so, /lib/lib3.so, /lib/lib4.so, /lib/lib5.so, /lib/lib6.so, /lib/lib7.so and 4992 more"), "{w}");
+        assert!(!w.contains("/lib/lib8.so"), "{w}");
+    }
 }

@@ -5,8 +5,9 @@
 //! glibc handle is its object's `struct link_map`, whose first five fields are public ABI
 //! (`<link.h>`, checked below). Strings passed in are NUL-terminated and outlive each call.
 //! Loader callbacks never unwind into glibc: a panic inside one is caught and ends the walk.
-//! cuhook calls these functions through its own object, whose GOT it never patches, so they
-//! always reach the real loader.
+//! `dlopen`, `dlclose`, `dlsym` and `dlvsym` are called through the addresses `real` captured
+//! before anything was patched, never through a slot of our own object (which is patched when
+//! the crate is linked into its host), so they always reach the real loader.
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
@@ -47,7 +48,7 @@ pub(crate) type Handle = *mut c_void;
 pub(crate) fn open_loaded(name: Option<&CStr>) -> Option<Handle> {
     let name = name.map_or(std::ptr::null(), CStr::as_ptr);
     // SAFETY: NULL or a NUL-terminated name; RTLD_NOLOAD never loads a new object.
-    let handle = unsafe { libc::dlopen(name, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    let handle = unsafe { super::real::dlopen()(name, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
     (!handle.is_null()).then_some(handle)
 }
 
@@ -57,7 +58,7 @@ pub(crate) fn open_loaded(name: Option<&CStr>) -> Option<Handle> {
 /// `handle` is a reference the caller owns, given back once.
 pub(crate) unsafe fn close(handle: Handle) {
     // SAFETY: as the caller promises.
-    unsafe { libc::dlclose(handle) };
+    unsafe { super::real::dlclose()(handle) };
 }
 
 /// What `dlinfo(RTLD_DI_LINKMAP)` answers for a handle: not seen yet, the handle itself (glibc:
@@ -311,8 +312,8 @@ pub(crate) unsafe fn lookup(handle: Handle, symbol: &CStr, version: Option<&CStr
     // SAFETY: a valid handle (the caller's promise) and NUL-terminated strings.
     let p = unsafe {
         match version {
-            Some(v) => libc::dlvsym(handle, symbol.as_ptr(), v.as_ptr()),
-            None => libc::dlsym(handle, symbol.as_ptr()),
+            Some(v) => super::real::dlvsym()(handle, symbol.as_ptr(), v.as_ptr()),
+            None => super::real::dlsym()(handle, symbol.as_ptr()),
         }
     };
     p as usize
@@ -484,12 +485,6 @@ pub(crate) fn vdso_and_interpreter() -> (usize, usize) {
     VDSO.store(v, Ordering::Relaxed);
     INTERP.store(i, Ordering::Relaxed);
     (v, i)
-}
-
-/// The real `dlopen`, `dlmopen`, `dlclose`, `dlsym` and `dlvsym` as our own object links them
-/// (what the loader interposers call when no original was published).
-pub(crate) mod linked {
-    pub(crate) use libc::{dlclose, dlmopen, dlopen, dlsym, dlvsym};
 }
 
 #[cfg(test)]

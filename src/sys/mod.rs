@@ -8,3 +8,4 @@ pub(crate) mod boundary;
 pub(crate) mod dl;
 pub(crate) mod func;
 pub(crate) mod once;
+pub(crate) mod real;

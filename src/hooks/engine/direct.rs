@@ -65,6 +65,16 @@ impl State {
         if idx.defines_wanted() {
             return Direct::Planner(0);
         }
+        // While an object that hides what it defines is loaded, a missing original may be in
+        // the global scope through it: the planner looks for every one.
+        if self.hiding > 0
+            && self
+                .sets
+                .iter()
+                .any(|s| s.set.hooks.iter().any(|h| h.original.get() == 0))
+        {
+            return Direct::Planner(0);
+        }
         // Imports nothing hooked (most libraries a program opens): nothing to ask or read.
         if idx.is_empty() {
             return Direct::Done(0);

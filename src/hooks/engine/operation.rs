@@ -126,6 +126,9 @@ impl Operation {
         if IN_OPERATION.with(|f| f.get()) || ORPHANED.load(Ordering::Acquire) {
             return None;
         }
+        // The loader functions cuhook calls for itself, read before this operation patches
+        // anything (our own object is patched when the crate is part of its host).
+        crate::sys::real::capture();
         protect_fork();
         // A waiting fork goes first (`FORKS_WAITING`), for `FORK_PRIORITY` at most. The clock
         // is read only once the lock was not free at the first try.

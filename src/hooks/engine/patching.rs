@@ -11,7 +11,7 @@ use crate::elf::{LoadedObject, NameFilter, ObjectIndex, RelocKind, Slot};
 use crate::patch::{JournalEntry, ProtectionMap, SlotWrite};
 
 use crate::hooks::batch::{few, group_by_key, Batch, Few, SlotValues};
-use crate::hooks::diagnostics::{push_bounded, push_name_bounded, Conflict};
+use crate::hooks::diagnostics::{push_bounded, push_name_bounded, push_name_counted, Conflict};
 use crate::hooks::resolver::{matters, Resolver};
 use crate::hooks::set::{hooks_for_import, Hook};
 
@@ -82,10 +82,14 @@ impl State {
     /// `mark`; asked per object: a batch of many is not compared entry by entry with every one
     /// of them).
     pub(super) fn note_late_constructors(&mut self, objects: &[Arc<ObjectIndex>], mark: u64) {
-        let late = &mut self.diag.constructors_before_patch;
+        let diag = &mut self.diag;
         for n in objects.iter().filter(|n| n.has_constructors) {
             if self.journal.has_entries_since(&n.object, mark) {
-                push_name_bounded(late, n.object.display_name());
+                push_name_counted(
+                    &mut diag.constructors_before_patch,
+                    &mut diag.constructors_before_patch_total,
+                    n.object.display_name(),
+                );
             }
         }
     }

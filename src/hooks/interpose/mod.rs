@@ -23,7 +23,7 @@ use std::time::Duration;
 use super::engine::DL_SET_NAME;
 use super::substitution::substitute;
 use crate::sys::boundary::guarded;
-use crate::sys::dl::linked;
+use crate::sys::real;
 
 use super::set::{Hook, HookSet};
 
@@ -64,51 +64,39 @@ pub(crate) fn dl_hook_set() -> HookSet {
         .expect("the loader hook set names each symbol once")
 }
 
-/// The real function: the published original, or the one our own object links to.
+/// The real function: the published original (the definition the importers' slots were bound
+/// to), else the one captured before anything was patched (`sys::real`): never the linked
+/// name, whose slot in our own object may lead back here when the crate is part of its host.
 macro_rules! real {
-    ($store:ident, $fallback:path, fn($($t:ty),*) -> $r:ty) => {{
+    ($store:ident, $captured:path, $f:ty) => {{
         let p = $store.load(std::sync::atomic::Ordering::Acquire);
         if p == 0 {
-            $fallback as unsafe extern "C" fn($($t),*) -> $r
+            $captured()
         } else {
             // SAFETY: the engine stores only the address of the real function of this name and
             // signature (resolved with dlsym), never anything else.
             #[allow(unsafe_code)]
-            unsafe { crate::sys::func::fn_at::<unsafe extern "C" fn($($t),*) -> $r>(p) }
+            unsafe {
+                crate::sys::func::fn_at::<$f>(p)
+            }
         }
     }};
 }
 
-fn real_dlopen() -> unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void {
-    real!(
-        REAL_DLOPEN,
-        linked::dlopen,
-        fn(*const c_char, c_int) -> *mut c_void
-    )
+fn real_dlopen() -> real::DlopenFn {
+    real!(REAL_DLOPEN, real::dlopen, real::DlopenFn)
 }
-fn real_dlmopen() -> unsafe extern "C" fn(c_long, *const c_char, c_int) -> *mut c_void {
-    real!(
-        REAL_DLMOPEN,
-        linked::dlmopen,
-        fn(c_long, *const c_char, c_int) -> *mut c_void
-    )
+fn real_dlmopen() -> real::DlmopenFn {
+    real!(REAL_DLMOPEN, real::dlmopen, real::DlmopenFn)
 }
-fn real_dlclose() -> unsafe extern "C" fn(*mut c_void) -> c_int {
-    real!(REAL_DLCLOSE, linked::dlclose, fn(*mut c_void) -> c_int)
+fn real_dlclose() -> real::DlcloseFn {
+    real!(REAL_DLCLOSE, real::dlclose, real::DlcloseFn)
 }
-fn real_dlsym() -> unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void {
-    real!(
-        REAL_DLSYM,
-        linked::dlsym,
-        fn(*mut c_void, *const c_char) -> *mut c_void
-    )
+fn real_dlsym() -> real::DlsymFn {
+    real!(REAL_DLSYM, real::dlsym, real::DlsymFn)
 }
-fn real_dlvsym() -> unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void {
-    real!(
-        REAL_DLVSYM,
-        linked::dlvsym,
-        fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void
-    )
+fn real_dlvsym() -> real::DlvsymFn {
+    real!(REAL_DLVSYM, real::dlvsym, real::DlvsymFn)
 }
 
 /// Open `file` as the object containing `caller` would have.
