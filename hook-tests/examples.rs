@@ -1,6 +1,7 @@
 //! The examples of `examples/` run on the fake driver: the registration cache in C (built
 //! against the installed C library with pkg-config) and in Rust (`cargo test` builds the
-//! examples), and the leak hunt on a Python program under `cuhook run`.
+//! examples), cudarc's safe API with cuhook embedded, and the leak hunt on a Python program
+//! under `cuhook run`.
 
 mod common;
 
@@ -88,6 +89,34 @@ fn rust_registration_cache() {
     r.assert_passed(&CACHE_CHECKS);
     assert!(
         r.stdout.contains("hits 1 misses 3 invalidations 3"),
+        "{}",
+        r.stdout
+    );
+}
+
+/// cudarc's safe API (context, stream, `alloc_zeros`, `clone_htod`, `clone_dtoh`, drops) on the
+/// fake driver, with cuhook embedded in the same executable: cudarc dlopens `libcuda.so.1` and
+/// dlsyms each entry point from this object, so the registry sees its buffers only when the
+/// object that embeds cuhook is patched too.
+#[test]
+fn rust_cudarc_example() {
+    let r = run(Command::new(example("cudarc"))
+        .env("LD_LIBRARY_PATH", common::fixtures_dir())
+        .env_remove("CUHOOK_DISABLE"));
+    let mut required: Vec<String> = (0..8).map(|i| format!("buffer_{i}_registered")).collect();
+    required.extend(
+        [
+            "htod_bytes_read_back",
+            "zeroed_bytes_read_back",
+            "every_buffer_left_the_registry",
+            "eight_alloc_events",
+            "eight_free_events",
+        ]
+        .map(String::from),
+    );
+    r.assert_passed(&required.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        r.stdout.contains("cudarc example: 13 passed, 0 failed"),
         "{}",
         r.stdout
     );
