@@ -26,18 +26,10 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cudarc::driver::{CudaContext, CudaSlice, DevicePtr, DriverError};
-use cuhook::events::{mask, EventKind, MemEvent};
+use cuhook::events::{EventKind, EventMask, MemEvent};
 
 static ALLOCS: AtomicUsize = AtomicUsize::new(0);
 static FREES: AtomicUsize = AtomicUsize::new(0);
-
-/// Counts the events (it must not call CUDA: it runs inside the hooked call).
-fn on_event(ev: &MemEvent, _context: usize) {
-    match ev.kind {
-        EventKind::Alloc => ALLOCS.fetch_add(1, Ordering::Relaxed),
-        EventKind::Free => FREES.fetch_add(1, Ordering::Relaxed),
-    };
-}
 
 /// Element counts of the eight buffers (f32): sizes from 4 bytes to 4 MiB, none equal.
 const LENS: [usize; 8] = [1, 100, 1000, 4096, 10_000, 65_536, 250_000, 1 << 20];
@@ -83,10 +75,11 @@ fn run(checks: &mut Checks) -> Result<(), DriverError> {
     }
     let mut addrs = Vec::with_capacity(bufs.len());
     for (i, buf) in bufs.iter().enumerate() {
-        let (ptr, _record) = buf.device_ptr(&stream);
-        let (ptr, bytes) = (ptr as usize, buf.num_bytes());
+        let (dptr, _record) = buf.device_ptr(&stream);
+        let (ptr, bytes) = (dptr as usize, buf.num_bytes());
         addrs.push(ptr);
-        let found = cuhook::lookup(ptr);
+        // A CUdeviceptr as cudarc hands it out.
+        let found = cuhook::lookup(dptr);
         let ok = found.is_some_and(|a| a.start == ptr && a.size == bytes && a.device == 0);
         let detail = match found {
             Some(a) => format!(
@@ -142,7 +135,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let subscription = match cuhook::subscribe(mask::ALL.into(), 0, on_event, 0) {
+    // Counts the events (it must not call CUDA: it runs inside the hooked call).
+    let on_event = |ev: &MemEvent| {
+        match ev.kind {
+            EventKind::Alloc => ALLOCS.fetch_add(1, Ordering::Relaxed),
+            EventKind::Free => FREES.fetch_add(1, Ordering::Relaxed),
+        };
+    };
+    let subscription = match cuhook::subscribe(EventMask::ALL, 0, on_event) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("cuhook::subscribe: {e}");

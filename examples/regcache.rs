@@ -43,7 +43,7 @@ fn with_cache<T>(f: impl FnOnce(&mut Cache) -> T) -> T {
 
 /// Runs on the freeing thread before the memory goes back to the driver: drop every
 /// registration the freed range overlaps (it must not call CUDA).
-fn on_free(ev: &MemEvent, _context: usize) {
+fn on_free(ev: &MemEvent) {
     let (lo, hi) = (ev.address, ev.address + ev.size.max(1));
     with_cache(|c| {
         let before = c.by_start.len();
@@ -142,7 +142,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The runtime is loaded first: cuhook patches it when it installs.
     let cu = Runtime::load()?;
     let _hooks = cuhook::install()?;
-    let _subscription = cuhook::subscribe(mask::FREE, 0, on_free, 0)?;
+    let _subscription = cuhook::subscribe(mask::FREE, 0, on_free)?;
     let mut failures = 0;
     let (a, b) = (cu.alloc(1 << 20), cu.alloc(4 << 20));
     let ka = registration_key(a, 4096);

@@ -20,27 +20,47 @@ type CuCtxSetCurrent = unsafe extern "C" fn(*mut c_void) -> i32;
 type CuMemAlloc = unsafe extern "C" fn(*mut u64, usize) -> i32;
 type CuMemFree = unsafe extern "C" fn(u64) -> i32;
 
-/// `name` from the fake driver, looked up after install, as the `dlsym` interposer answers a
-/// program that resolves the driver at run time: the hook. (This test program contains cuhook,
-/// and cuhook never patches its own object, so it asks for the substitution itself.)
+/// `name` from the fake driver, looked up after install with this program's own `dlsym`: the
+/// program contains cuhook and is patched like any other object, so the answer is the hook.
 fn sym<T: Copy>(driver: *mut c_void, name: &str) -> T {
-    let p = cuhook::hooks::substitute(real(driver, name) as usize) as *mut c_void;
+    let c = CString::new(name).unwrap();
+    // SAFETY: a live handle and a NUL-terminated name.
+    let p = unsafe { libc::dlsym(driver, c.as_ptr()) };
+    assert!(!p.is_null(), "{name} missing from the fake driver");
+    assert_ne!(
+        p,
+        real(driver, name),
+        "{name}: this program's dlsym gave no hook"
+    );
     assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<*mut c_void>());
     // SAFETY: `T` is the function-pointer type of `name`'s C signature.
     unsafe { std::mem::transmute_copy(&p) }
+}
+
+/// The loader's own `dlsym`, taken before any test installs (the program's slot is patched
+/// while installed).
+fn raw_dlsym() -> unsafe extern "C" fn(*mut c_void, *const std::ffi::c_char) -> *mut c_void {
+    static RAW: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let p = *RAW.get_or_init(|| {
+        // SAFETY: a NUL-terminated name; called from `load_driver`, before any install.
+        unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"dlsym".as_ptr()) as usize }
+    });
+    // SAFETY: the address of glibc's dlsym.
+    unsafe { std::mem::transmute(p) }
 }
 
 /// `name` as the driver defines it (no hook).
 fn real(driver: *mut c_void, name: &str) -> *mut c_void {
     let c = CString::new(name).unwrap();
     // SAFETY: a live handle and a NUL-terminated name.
-    let p = unsafe { libc::dlsym(driver, c.as_ptr()) };
+    let p = unsafe { raw_dlsym()(driver, c.as_ptr()) };
     assert!(!p.is_null(), "{name} missing from the fake driver");
     p
 }
 
 /// The fake driver, loaded globally (once per process; later calls return the same handle).
 fn load_driver() -> *mut c_void {
+    raw_dlsym();
     let path = common::fixtures_dir().join("libcuda.so.1");
     let path = CString::new(path.to_str().unwrap()).unwrap();
     // SAFETY: loading the fake driver fixture.
@@ -123,7 +143,7 @@ fn the_last_uninstall_detaches_and_empties_the_registry() {
 /// Bytes of the last free event a subscriber of the test below saw.
 static FREED_BYTES: AtomicUsize = AtomicUsize::new(0);
 
-fn on_free(ev: &cuhook::events::MemEvent, _ctx: usize) {
+fn on_free(ev: &cuhook::events::MemEvent) {
     if ev.kind == cuhook::events::EventKind::Free {
         FREED_BYTES.store(ev.size, Ordering::SeqCst);
     }
@@ -167,7 +187,7 @@ fn an_unknown_free_asks_the_driver_only_for_a_subscriber() {
         "the driver was asked about a free nobody listens to"
     );
 
-    let sub = cuhook::subscribe(cuhook::events::mask::ALL, 0, on_free, 0).unwrap();
+    let sub = cuhook::subscribe(cuhook::events::mask::ALL, 0, on_free).unwrap();
     // SAFETY: as above.
     unsafe { assert_eq!(free(heard), 0) };
     assert!(

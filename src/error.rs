@@ -71,6 +71,14 @@ pub enum Error {
     },
     /// No subscription matches the given (mask, callback, context).
     NoSuchSubscriber,
+    /// Another copy of cuhook serves this process (`libcuhook.so` preloaded, or a library that
+    /// embeds the crate installed first), and it refused the call that was forwarded to it.
+    Forwarded {
+        /// The object holding that copy.
+        object: String,
+        /// Its error message.
+        message: String,
+    },
     /// An engine operation was requested while this thread is already inside one (from a hook
     /// or a library constructor run by the engine's own loader calls), or the engine stayed busy.
     Busy,
@@ -125,6 +133,10 @@ impl fmt::Display for Error {
             Error::NoSuchSubscriber => {
                 write!(f, "no subscriber is registered with that mask, callback and context")
             }
+            Error::Forwarded { object, message } => write!(
+                f,
+                "the copy of cuhook in `{object}`, which serves this process, refused: {message}"
+            ),
         }
     }
 }

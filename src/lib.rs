@@ -7,25 +7,23 @@
 //!
 //! ```
 //! use std::sync::atomic::{AtomicUsize, Ordering};
-//! use cuhook::events::{mask, MemEvent, MemType};
+//! use cuhook::events::{EventMask, MemEvent, MemType};
 //!
 //! static FREES: AtomicUsize = AtomicUsize::new(0);
 //!
-//! /// Runs on the freeing thread before the memory goes: drop cached registrations here.
-//! fn on_free(_ev: &MemEvent, _context: usize) {
-//!     FREES.fetch_add(1, Ordering::Relaxed);
-//! }
-//!
 //! let hooks = cuhook::install()?; // patch every loaded object, start the registry
-//! let subscription = cuhook::subscribe(mask::FREE, 0, on_free, 0)?;
+//! // Runs on the freeing thread before the memory goes: drop cached registrations here.
+//! let subscription = cuhook::subscribe(EventMask::FREE, 0, |_ev: &MemEvent| {
+//!     FREES.fetch_add(1, Ordering::Relaxed);
+//! })?;
 //!
 //! // Host memory is in no CUDA allocation: the registry says so without asking the driver.
 //! let buf = vec![0u8; 4096];
-//! assert!(cuhook::lookup_span(buf.as_ptr() as usize, buf.len()).is_none());
+//! assert!(cuhook::lookup_span(buf.as_ptr(), buf.len()).is_none());
 //! // With no CUDA driver loaded, classification falls back to host memory.
 //! assert_eq!(cuhook::cuda::classify(buf.as_ptr() as usize).mem_type, MemType::Host);
 //!
-//! drop(subscription); // on_free runs on no thread after this
+//! drop(subscription); // the closure runs on no thread after this
 //! hooks.uninstall()?; // every patched slot back as it was
 //! # Ok::<(), cuhook::Error>(())
 //! ```
@@ -45,7 +43,7 @@
 #![warn(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 
-mod api;
+pub(crate) mod api;
 mod atomics;
 /// The C API (`include/cuhook.h`): exported `extern "C"` functions, not for Rust callers.
 #[doc(hidden)]
@@ -58,6 +56,7 @@ pub mod error;
 pub mod events;
 pub mod hooks;
 pub mod init;
+mod instance;
 mod locks;
 #[doc(hidden)]
 pub mod log;
@@ -69,6 +68,7 @@ pub mod report;
 mod sys;
 
 pub use api::{
-    hook_table, install, lookup, lookup_span, subscribe, subscribe_with_existing, Subscription,
+    hook_table, install, lookup, lookup_span, stats, subscribe, subscribe_with_existing, Address,
+    Installation, Subscription,
 };
 pub use error::{Error, Result};

@@ -1,112 +1,153 @@
 //! The Rust API in one place: install the hooks, subscribe to events, ask the registry.
 //!
 //! ```
-//! use cuhook::events::{mask, MemEvent};
-//!
-//! fn on_event(ev: &MemEvent, _context: usize) {
-//!     eprintln!("{:?} {} bytes at {:#x} by {:?}", ev.kind, ev.size, ev.address, ev.api);
-//! }
+//! use cuhook::events::{EventMask, MemEvent};
 //!
 //! // Patch every loaded object (and every object loaded later) and start the registry.
 //! let hooks = cuhook::install()?;
 //! // Lower priorities run first; the registry is updated before any subscriber runs.
-//! let subscription = cuhook::subscribe(mask::ALL, 0, on_event, 0)?;
+//! let subscription = cuhook::subscribe(EventMask::ALL, 0, |ev: &MemEvent| {
+//!     eprintln!("{:?} {} bytes at {:#x} by {:?}", ev.kind, ev.size, ev.address, ev.api);
+//! })?;
 //!
 //! // ... CUDA work ...
-//! if let Some(a) = cuhook::lookup(0x7f00_0000_0000) {
+//! if let Some(a) = cuhook::lookup(0x7f00_0000_0000usize) {
 //!     println!("GPU memory of {} bytes from {:?}", a.size, a.api);
 //! }
 //!
-//! drop(subscription); // unsubscribes: `on_event` runs on no thread after this
+//! drop(subscription); // unsubscribes: the closure runs on no thread after this
 //! hooks.uninstall()?; // puts every patched slot back
 //! # Ok::<(), cuhook::Error>(())
 //! ```
+//!
+//! Every call here is served by the copy of cuhook that owns the process (`crate::instance`):
+//! this one, or `libcuhook.so` when it was preloaded (or another library embedding the crate
+//! installed first).
+
+mod address;
+mod installation;
+mod subscription;
+
+pub use address::Address;
+pub(crate) use installation::uninstall_forwarded;
+pub use installation::Installation;
+pub use subscription::Subscription;
 
 use crate::cuda::HookInfo;
-use crate::events::{self, Callback, MemEvent, SubscriptionId};
-use crate::hooks::Installation;
-use crate::registry::{self, Allocation};
+use crate::events::{EventMask, MemEvent};
+use crate::instance::{self, Route};
+use crate::registry::{self, Allocation, RegistryStats};
 use crate::Result;
 
 /// Install the CUDA hook set and the registry. The returned guard uninstalls when dropped
-/// (use [`Installation::leak`] to keep the hooks for the life of the process).
+/// (use [`Installation::leak`] to keep the hooks for the life of the process). Each call
+/// counts: the hooks stay until every installation is gone.
+///
+/// When the crate is linked into a program, the program's own object is patched too: its
+/// `dlopen`, `dlsym` and CUDA calls (and cudarc's) are seen like any library's. When another
+/// copy of cuhook already serves the process, the installation is made there.
 pub fn install() -> Result<Installation> {
-    crate::cuda::install()
+    Installation::new(instance::route())
 }
 
-/// A live subscription; dropping it unsubscribes, after which the callback runs on no thread.
-#[must_use = "dropping the subscription unsubscribes"]
-#[derive(Debug)]
-pub struct Subscription {
-    id: Option<SubscriptionId>,
-}
-
-impl Subscription {
-    /// Unsubscribe now, reporting errors.
-    pub fn unsubscribe(mut self) -> Result<()> {
-        match self.id.take() {
-            Some(id) => events::unsubscribe_id(id),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
-            let _ = events::unsubscribe_id(id);
-        }
-    }
-}
-
-/// Call `callback(event, context)` for every event whose kind is in `mask`
-/// ([`events::mask`]); lower `priority` runs first, equal priorities in subscription order.
-pub fn subscribe(
-    mask: u32,
-    priority: i32,
-    callback: fn(&MemEvent, usize),
-    context: usize,
-) -> Result<Subscription> {
-    let id = events::subscribe(mask, priority, Callback::Rust(callback), context)?;
-    Ok(Subscription { id: Some(id) })
+/// Call `callback` for every event whose kind is in `mask`, on the thread that allocates or
+/// frees, inside its CUDA call (it must not call CUDA itself). Lower `priority` runs first,
+/// equal priorities in subscription order. A panic in the callback is caught and counted.
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use std::sync::Arc;
+/// use cuhook::events::{EventMask, MemEvent};
+///
+/// let frees = Arc::new(AtomicUsize::new(0));
+/// let seen = frees.clone();
+/// let sub = cuhook::subscribe(EventMask::FREE, 0, move |_ev: &MemEvent| {
+///     seen.fetch_add(1, Ordering::Relaxed);
+/// })?;
+/// drop(sub); // the closure is dropped once no thread can run it any more
+/// # Ok::<(), cuhook::Error>(())
+/// ```
+pub fn subscribe<F>(mask: EventMask, priority: i32, callback: F) -> Result<Subscription>
+where
+    F: Fn(&MemEvent) + Send + Sync + 'static,
+{
+    Subscription::new(instance::route(), mask, priority, callback, false)
 }
 
 /// Like [`subscribe`], but first replay every range the registry already holds as an alloc
-/// event flagged [`events::flags::EXISTING`].
-pub fn subscribe_with_existing(
-    mask: u32,
+/// event flagged [`crate::events::flags::EXISTING`]. (When another copy of cuhook serves the
+/// process, its ranges are not replayed: the subscription starts with the next event.)
+pub fn subscribe_with_existing<F>(
+    mask: EventMask,
     priority: i32,
-    callback: fn(&MemEvent, usize),
-    context: usize,
-) -> Result<Subscription> {
-    let id = events::subscribe_with_replay(
-        mask,
-        priority,
-        Callback::Rust(callback),
-        context,
-        registry::replay_existing,
-    )?;
-    Ok(Subscription { id: Some(id) })
+    callback: F,
+) -> Result<Subscription>
+where
+    F: Fn(&MemEvent) + Send + Sync + 'static,
+{
+    Subscription::new(instance::route(), mask, priority, callback, true)
 }
 
-/// The allocation containing `ptr`, from the registry alone (no driver call).
+/// The allocation containing `address` (a `usize`, a raw pointer, a `CUdeviceptr`), from the
+/// registry alone (no driver call).
 ///
 /// ```
 /// let on_stack = 0u64;
-/// assert!(cuhook::lookup(&on_stack as *const u64 as usize).is_none());
+/// assert!(cuhook::lookup(&on_stack as *const u64).is_none());
 /// ```
 ///
 /// One call from another crate, and inside it the registry's lookup inlined against its static
 /// (see [`registry::global`] for why that static is kept out of other crates' reach).
-#[inline(never)]
-pub fn lookup(ptr: usize) -> Option<Allocation> {
-    registry::hot().lookup(ptr)
+#[inline]
+pub fn lookup(address: impl Address) -> Option<Allocation> {
+    lookup_at(address.address(), 0)
 }
 
-/// The allocation containing all of `[ptr, ptr + len)`, from the registry alone.
+/// The allocation containing all of `[address, address + len)`, from the registry alone.
+#[inline]
+pub fn lookup_span(address: impl Address, len: usize) -> Option<Allocation> {
+    lookup_at(address.address(), len.max(1))
+}
+
+/// `len` 0: the one byte at `address`.
 #[inline(never)]
-pub fn lookup_span(ptr: usize, len: usize) -> Option<Allocation> {
-    registry::hot().lookup_span(ptr, len)
+fn lookup_at(address: usize, len: usize) -> Option<Allocation> {
+    match instance::route() {
+        Route::Own if len == 0 => registry::hot().lookup(address),
+        Route::Own => registry::hot().lookup_span(address, len),
+        Route::Other(peer) => {
+            let mut out = std::mem::MaybeUninit::<instance::Record>::uninit();
+            // SAFETY: the table's contract: a writable record; the record's API name lives in
+            // the other copy's pinned object.
+            #[allow(unsafe_code)]
+            unsafe {
+                ((peer.lookup)(address, len, out.as_mut_ptr()) == 1)
+                    .then(|| out.assume_init().allocation())
+            }
+        }
+    }
+}
+
+/// The registry's counters (of the copy that serves the process).
+pub fn stats() -> RegistryStats {
+    match instance::route() {
+        Route::Own => registry::stats(),
+        Route::Other(peer) => {
+            let mut s = instance::Stats::default();
+            // SAFETY: the table's contract: a writable out-parameter.
+            #[allow(unsafe_code)]
+            unsafe {
+                (peer.stats)(&mut s)
+            };
+            RegistryStats {
+                live: s.live,
+                live_bytes: s.live_bytes,
+                missed_frees: s.missed_frees,
+                unknown_frees: s.unknown_frees,
+                failed_frees: s.failed_frees,
+            }
+        }
+    }
 }
 
 /// Every hooked CUDA symbol.

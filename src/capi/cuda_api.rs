@@ -6,9 +6,11 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::status::{ffi_call, CUHOOK_OK};
 use crate::events::{self, Callback, MemEvent};
+use crate::instance::{self, Route};
 use crate::registry::{self, Allocation};
 use crate::{Error, Result};
 
@@ -46,16 +48,39 @@ pub struct CMemInfo {
 /// `cuhook_event_callback_t`.
 pub type CCallback = unsafe extern "C" fn(event: c_int, ev: *const CMemEvent, arg: *mut c_void);
 
-/// Install the CUDA hooks and the registry. Idempotent.
+/// The C API's installation made in another copy of cuhook that serves the process (0: none).
+static FORWARDED: AtomicU64 = AtomicU64::new(0);
+
+/// Install the CUDA hooks and the registry. Idempotent. When another copy of cuhook serves the
+/// process, the installation is made there (once).
 #[no_mangle]
 pub extern "C" fn cuhook_install() -> c_int {
-    ffi_call(|| crate::cuda::install_global().map(|_| CUHOOK_OK))
+    ffi_call(|| match instance::route() {
+        Route::Own => crate::cuda::install_global().map(|_| CUHOOK_OK),
+        Route::Other(_) if FORWARDED.load(Ordering::Acquire) != 0 => Ok(CUHOOK_OK),
+        route @ Route::Other(_) => {
+            let id = crate::api::Installation::new(route)?.leak();
+            if FORWARDED
+                .compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                crate::api::uninstall_forwarded(route, id)?;
+            }
+            Ok(CUHOOK_OK)
+        }
+    })
 }
 
 /// Restore every slot the CUDA hooks patched.
 #[no_mangle]
 pub extern "C" fn cuhook_uninstall() -> c_int {
-    ffi_call(|| crate::cuda::uninstall_global().map(|_| CUHOOK_OK))
+    ffi_call(|| match instance::route() {
+        Route::Own => crate::cuda::uninstall_global().map(|_| CUHOOK_OK),
+        route @ Route::Other(_) => match FORWARDED.swap(0, Ordering::AcqRel) {
+            0 => Err(Error::NotInstalled),
+            id => crate::api::uninstall_forwarded(route, id).map(|_| CUHOOK_OK),
+        },
+    })
 }
 
 pub(super) fn c_event(ev: &MemEvent) -> CMemEvent {
@@ -180,7 +205,7 @@ pub unsafe extern "C" fn cuhook_lookup(
                 what: "info is NULL",
             });
         }
-        match registry::hot().lookup_span(address as usize, length) {
+        match crate::lookup_span(address as usize, length) {
             Some(a) => {
                 fill_info(info, &a);
                 Ok(CUHOOK_OK)

@@ -41,6 +41,7 @@ pub fn status_of(e: &Error) -> i32 {
         Error::NoSuchSubscriber => CUHOOK_ERR_NO_SUCH_SUBSCRIBER,
         Error::Busy => CUHOOK_ERR_BUSY,
         Error::Io { .. } => CUHOOK_ERR_IO,
+        Error::Forwarded { .. } => CUHOOK_ERR_INTERNAL,
     }
 }
 

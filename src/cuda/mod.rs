@@ -78,9 +78,14 @@ pub fn uninstall_global() -> Result<hooks::UninstallReport> {
     if id == 0 {
         return Err(crate::Error::NotInstalled);
     }
+    uninstall_id(id)
+}
+
+/// Undo one installation of the CUDA set by its id; the last one detaches the registry.
+pub fn uninstall_id(id: u64) -> Result<hooks::UninstallReport> {
     let report = hooks::uninstall_id(id)?;
-    // Another installation of the CUDA set (a Rust `install`) keeps the hooks, and so the
-    // registry, current.
+    // Another installation of the CUDA set (a Rust `install`, the C API's) keeps the hooks,
+    // and so the registry, current.
     if !report.still_referenced {
         crate::registry::detach();
     }

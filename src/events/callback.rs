@@ -61,4 +61,9 @@ impl SubscriptionId {
     pub fn get(self) -> u64 {
         self.0.get()
     }
+
+    /// The id an integer from [`SubscriptionId::get`] names (`None` for 0).
+    pub fn from_raw(id: u64) -> Option<SubscriptionId> {
+        NonZeroU64::new(id).map(SubscriptionId)
+    }
 }

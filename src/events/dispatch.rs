@@ -80,7 +80,7 @@ impl SubscriberList {
     /// Subscribers should treat an alloc of a known range as a replacement.
     pub fn subscribe_with_replay<F>(
         &self,
-        mask: u32,
+        mask: impl Into<u32>,
         priority: i32,
         callback: Callback,
         context: usize,
@@ -89,7 +89,7 @@ impl SubscriberList {
     where
         F: FnOnce(&mut dyn FnMut(&MemEvent)),
     {
-        let entry = self.insert(mask, priority, callback, context)?;
+        let entry = self.insert(mask.into(), priority, callback, context)?;
         let mut emit = |ev: &MemEvent| {
             let bit = ev.kind.mask();
             if entry.mask & bit == 0 {

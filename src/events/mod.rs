@@ -17,6 +17,7 @@
 //! instantiated for tests and embedding.
 
 mod callback;
+pub(crate) mod closure;
 mod dispatch;
 mod grace;
 mod guard;
@@ -36,7 +37,7 @@ pub use grace::asymmetric_barriers;
 pub use guard::HookGuard;
 pub use slots::MAX_DEPTH;
 pub use subscribers::{DispatchStats, SubscriberList, CAPACITY};
-pub use types::{flags, mask, EventKind, MemEvent, MemType};
+pub use types::{flags, mask, EventKind, EventMask, MemEvent, MemType};
 
 use crate::Result;
 
@@ -67,17 +68,17 @@ pub(crate) fn list() -> &'static SubscriberList {
 
 /// [`SubscriberList::subscribe`] on the process-wide list.
 pub fn subscribe(
-    mask: u32,
+    mask: impl Into<u32>,
     priority: i32,
     callback: Callback,
     context: usize,
 ) -> Result<SubscriptionId> {
-    subscribers().subscribe(mask, priority, callback, context)
+    subscribers().subscribe(mask.into(), priority, callback, context)
 }
 
 /// [`SubscriberList::subscribe_with_replay`] on the process-wide list.
 pub fn subscribe_with_replay<F>(
-    mask: u32,
+    mask: impl Into<u32>,
     priority: i32,
     callback: Callback,
     context: usize,
@@ -86,15 +87,15 @@ pub fn subscribe_with_replay<F>(
 where
     F: FnOnce(&mut dyn FnMut(&MemEvent)),
 {
-    subscribers().subscribe_with_replay(mask, priority, callback, context, replay)
+    subscribers().subscribe_with_replay(mask.into(), priority, callback, context, replay)
 }
 
 /// [`SubscriberList::unsubscribe`] on the process-wide list. Matching by `(callback, context)`
 /// is the C API's convention (`cuhook_unset_event_handler`, like ucm's); Rust code should keep
 /// the [`SubscriptionId`] (or the crate's `Subscription`) instead, because a function's address
 /// does not identify it: the linker may merge identical functions into one.
-pub fn unsubscribe(mask: u32, callback: Callback, context: usize) -> Result<()> {
-    subscribers().unsubscribe(mask, callback, context)
+pub fn unsubscribe(mask: impl Into<u32>, callback: Callback, context: usize) -> Result<()> {
+    subscribers().unsubscribe(mask.into(), callback, context)
 }
 
 /// [`SubscriberList::unsubscribe_id`] on the process-wide list.

@@ -188,12 +188,13 @@ impl SubscriberList {
     /// events dispatched after this returns (events racing with it may or may not be seen).
     pub fn subscribe(
         &self,
-        mask: u32,
+        mask: impl Into<u32>,
         priority: i32,
         callback: Callback,
         context: usize,
     ) -> Result<SubscriptionId> {
-        self.insert(mask, priority, callback, context).map(|e| e.id)
+        self.insert(mask.into(), priority, callback, context)
+            .map(|e| e.id)
     }
 
     /// Inserts and publishes; returns the entry (for replay).
@@ -240,14 +241,20 @@ impl SubscriberList {
     /// thread (they finish after it returns). Unsubscribing oneself from inside is fine on any
     /// number of threads at once; but two callbacks that each remove what the other is running
     /// (from two threads at once) wait for each other forever, as with any grace period.
-    pub fn unsubscribe(&self, mask: u32, callback: Callback, context: usize) -> Result<()> {
+    pub fn unsubscribe(
+        &self,
+        mask: impl Into<u32>,
+        callback: Callback,
+        context: usize,
+    ) -> Result<()> {
+        let mask = mask.into();
         check_mask(mask)?;
         self.remove(|e| e.callback == callback && e.context == context, mask)
     }
 
     /// Removes one subscription entirely; same guarantee as [`SubscriberList::unsubscribe`].
     pub fn unsubscribe_id(&self, id: SubscriptionId) -> Result<()> {
-        self.remove(|e| e.id == id, mask::ALL)
+        self.remove(|e| e.id == id, mask::ALL.bits())
     }
 
     fn remove(&self, matches: impl Fn(&Subscriber) -> bool, mask: u32) -> Result<()> {
@@ -433,7 +440,7 @@ extern "C" fn release_after_fork() {
 }
 
 fn check_mask(m: u32) -> Result<()> {
-    if m == 0 || m & !mask::ALL != 0 {
+    if m == 0 || m & !mask::ALL.bits() != 0 {
         return Err(Error::InvalidArgument {
             what: "event mask must be a non-empty combination of mask::ALLOC and mask::FREE",
         });

@@ -78,14 +78,87 @@ impl EventKind {
     }
 }
 
-/// Subscription mask bits, one per [`EventKind`].
-pub mod mask {
+/// A set of event kinds: what a subscriber wants to hear about.
+///
+/// ```
+/// use cuhook::events::{EventKind, EventMask};
+/// let both = EventMask::ALLOC | EventMask::FREE;
+/// assert_eq!(both, EventMask::ALL);
+/// assert!(both.contains(EventKind::Free));
+/// assert!(!EventMask::ALLOC.contains(EventKind::Free));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct EventMask(u32);
+
+impl EventMask {
+    /// No event.
+    pub const NONE: EventMask = EventMask(0);
     /// Alloc events.
-    pub const ALLOC: u32 = super::EventKind::Alloc as u32;
+    pub const ALLOC: EventMask = EventMask(EventKind::Alloc as u32);
     /// Free events.
-    pub const FREE: u32 = super::EventKind::Free as u32;
+    pub const FREE: EventMask = EventMask(EventKind::Free as u32);
     /// Both.
-    pub const ALL: u32 = ALLOC | FREE;
+    pub const ALL: EventMask = EventMask(Self::ALLOC.0 | Self::FREE.0);
+
+    /// The bits (as the C API spells them: `CUHOOK_EVENT_MEM_TYPE_*`).
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// The set these bits name; `None` when a bit names no event kind.
+    pub const fn from_bits(bits: u32) -> Option<EventMask> {
+        if bits & !Self::ALL.0 == 0 {
+            Some(EventMask(bits))
+        } else {
+            None
+        }
+    }
+
+    /// Whether `kind` is in the set.
+    pub const fn contains(self, kind: EventKind) -> bool {
+        self.0 & kind as u32 != 0
+    }
+
+    /// Whether the set is empty.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl std::ops::BitOr for EventMask {
+    type Output = EventMask;
+    fn bitor(self, other: EventMask) -> EventMask {
+        EventMask(self.0 | other.0)
+    }
+}
+
+impl std::ops::BitOrAssign for EventMask {
+    fn bitor_assign(&mut self, other: EventMask) {
+        self.0 |= other.0;
+    }
+}
+
+impl From<EventKind> for EventMask {
+    fn from(kind: EventKind) -> EventMask {
+        EventMask(kind as u32)
+    }
+}
+
+impl From<EventMask> for u32 {
+    fn from(mask: EventMask) -> u32 {
+        mask.0
+    }
+}
+
+/// The [`EventMask`] constants under short names (`mask::FREE`).
+pub mod mask {
+    use super::EventMask;
+    /// Alloc events.
+    pub const ALLOC: EventMask = EventMask::ALLOC;
+    /// Free events.
+    pub const FREE: EventMask = EventMask::FREE;
+    /// Both.
+    pub const ALL: EventMask = EventMask::ALL;
 }
 
 /// One memory event. `size` is the size the caller asked for (alloc) or the registry's record of

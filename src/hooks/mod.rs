@@ -56,6 +56,7 @@ pub fn substitute(address: usize) -> usize {
     substitution::substitute(address)
 }
 pub use set::{Hook, HookSet, OriginalStore};
+pub(crate) use skip::own_object_is_the_c_library;
 pub use skip::{exclude_list, set_exclude_list, skip_reason, SkipReason};
 
 use crate::elf::RelocKind;

@@ -82,6 +82,16 @@ fn self_is_the_c_library(own: &LoadedObject) -> bool {
     yes
 }
 
+/// Whether the object containing cuhook's code is the C library `libcuhook.so` (by its soname),
+/// rather than a program or a library of the user's that embeds the crate.
+pub(crate) fn own_object_is_the_c_library() -> bool {
+    crate::elf::snapshot()
+        .objects
+        .iter()
+        .find(|o| o.contains(self_address()))
+        .is_some_and(|own| self_is_the_c_library(own))
+}
+
 /// The object's `DT_SONAME` (read from our own object only: it is mapped while we run).
 fn soname(obj: &LoadedObject) -> Option<Vec<u8>> {
     let tables = DynamicTables::read(obj).ok()??;

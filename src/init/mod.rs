@@ -38,6 +38,9 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 extern "C" fn constructor() {
     crate::sys::boundary::guarded(
         || {
+            // The loader functions cuhook calls for itself, read before any copy of cuhook that
+            // serves the process patches this object.
+            crate::sys::real::capture();
             if secure_execution() || !loaded_as_libcuhook() {
                 return;
             }
@@ -72,16 +75,11 @@ fn secure_execution() -> bool {
     secure != 0
 }
 
-/// Whether our code lives in a shared object named `libcuhook*.so` (not in a program or a host
-/// library that links cuhook statically and decides for itself).
+/// Whether our code lives in the C library `libcuhook.so` (not in a program or a host library
+/// that links cuhook statically and decides for itself).
 #[cfg_attr(miri, allow(dead_code))] // only the constructor calls it
 fn loaded_as_libcuhook() -> bool {
-    let Some(path) = crate::sys::dl::file_containing(constructor as *const () as usize) else {
-        return false;
-    };
-    let path = path.as_slice();
-    let file = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
-    file.starts_with(b"libcuhook") && memchr::memmem::find(file, b".so").is_some()
+    crate::hooks::own_object_is_the_c_library()
 }
 
 /// Apply a configuration: exclude list, report, trace, then install the CUDA hooks and the
@@ -89,6 +87,17 @@ fn loaded_as_libcuhook() -> bool {
 /// own constructor with [`Config::from_env`]. Only the first call has an effect.
 pub fn start(config: &Config) -> Result<()> {
     if STARTED.swap(true, Ordering::AcqRel) {
+        return Ok(());
+    }
+    // One engine per process: when another copy of cuhook already serves it (a program or a
+    // library that embeds the crate and installed first), this one installs nothing, and its
+    // C API forwards there. Its report and trace would describe an engine that never ran.
+    if let crate::instance::Route::Other(peer) = crate::instance::route() {
+        crate::log!(
+            Level::Info,
+            "the copy of cuhook in {} already serves this process: not installing (CUHOOK_REPORT and CUHOOK_TRACE are ignored)",
+            crate::instance::object_of(peer)
+        );
         return Ok(());
     }
     crate::hooks::set_exclude_list(config.exclude.iter().cloned());

@@ -272,6 +272,17 @@ pub(crate) fn link_map_containing(address: usize) -> Option<*mut LinkMap> {
     (ok != 0 && !map.is_null()).then_some(map)
 }
 
+/// Whether `address` lies in the main program (which is never unloaded, and which `dlopen`
+/// cannot open by its path).
+pub(crate) fn in_main_program(address: usize) -> bool {
+    link_map_containing(address).is_some_and(|map| {
+        // SAFETY: the loader's live link map; `l_name` is NULL or a NUL-terminated string.
+        let name = unsafe { (*map).l_name };
+        // SAFETY: as above.
+        name.is_null() || unsafe { *name } == 0
+    })
+}
+
 /// A new reference to the loaded object containing `address` (`dladdr`, then `dlopen` of its
 /// path with `RTLD_NOLOAD`): the caller owns it (see [`close`]). Allocates nothing.
 pub(crate) fn open_containing(address: usize) -> Option<Handle> {

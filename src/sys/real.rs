@@ -55,13 +55,9 @@ pub(crate) fn capture() {
             libc::dlvsym as DlvsymFn as usize,
         ];
         let names: [&CStr; 5] = [c"dlopen", c"dlmopen", c"dlclose", c"dlsym", c"dlvsym"];
-        let own = super::dl::link_map_containing(capture as fn() as usize);
+        let own = object_base(capture as fn() as usize);
         let mut found = linked;
-        if own.is_some()
-            && linked
-                .iter()
-                .any(|&a| super::dl::link_map_containing(a) == own)
-        {
+        if own.is_some() && linked.iter().any(|&a| object_base(a) == own) {
             for (slot, name) in found.iter_mut().zip(names) {
                 let address = defined_by_libc(name);
                 if address != 0 {
@@ -78,6 +74,15 @@ pub(crate) fn capture() {
             DLVSYM.set(found[4]);
         }
     });
+}
+
+/// The load address of the object containing `address` (`dladdr`'s `dli_fbase`).
+fn object_base(address: usize) -> Option<usize> {
+    // SAFETY: Dl_info is plain data (pointers); all-zero is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr fills `info` for any address.
+    let ok = unsafe { libc::dladdr(address as *const c_void, &mut info) } != 0;
+    (ok && !info.dli_fbase.is_null()).then_some(info.dli_fbase as usize)
 }
 
 /// `name` as the C library (glibc 2.34+) or `libdl.so.2` defines it; 0 when neither does.
@@ -142,7 +147,11 @@ mod tests {
     /// program's slots hold: the same answers as a lookup in libc's scope.
     #[test]
     fn the_captured_functions_are_the_loaders() {
-        let libc = super::super::dl::open_loaded(Some(c"libc.so.6")).unwrap();
+        // SAFETY: a NUL-terminated name; RTLD_NOLOAD loads nothing.
+        let libc = unsafe {
+            (super::dlopen())(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD)
+        };
+        assert!(!libc.is_null());
         // SAFETY: a live handle and NUL-terminated names.
         let (dlsym_there, libm) = unsafe {
             (
@@ -155,7 +164,7 @@ mod tests {
         // SAFETY: our references, given back once.
         unsafe {
             assert_eq!((super::dlclose())(libm), 0);
-            super::super::dl::close(libc);
+            assert_eq!((super::dlclose())(libc), 0);
         }
     }
 }

@@ -443,7 +443,10 @@ fn unsubscribe_does_not_wait_for_a_borrower_that_died_in_a_callback() {
                 .is_ok()
         })
         .expect("a free spare slot");
-    spare.active[0].store(id.0.get() << 8 | u64::from(mask::ALL), Ordering::Release);
+    spare.active[0].store(
+        id.0.get() << 8 | u64::from(mask::ALL.bits()),
+        Ordering::Release,
+    );
     let unsubscribe = thread::spawn(move || list.unsubscribe_id(id));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !unsubscribe.is_finished() && std::time::Instant::now() < deadline {

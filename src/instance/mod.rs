@@ -1,0 +1,147 @@
+//! One engine per process, however many copies of cuhook it holds.
+//!
+//! `libcuhook.so` (preloaded, or a library's dependency), a program that embeds the crate, and
+//! a library of the user's that does are each a copy with its own hooks and registry. Two of
+//! them installed at once would patch each other's slots, and each registry would hear only the
+//! calls its own hooks caught: a program's `lookup` would ask an empty registry while the
+//! preloaded one sees everything. So each copy publishes a table of entry points
+//! ([`table::Peer`]) in a `cuhook` ELF note of its object, found by walking the program headers
+//! of the loaded objects (a program's symbols are not exported, its notes are always mapped),
+//! and the public API, Rust and C, first asks which copy serves the process:
+//!
+//! - the copy that claimed it first: the one whose registry is attached (its CUDA hooks are
+//!   installed). Once another copy is chosen, this copy forwards to it for good (its object
+//!   is pinned, so the table never dangles);
+//! - otherwise this copy, which claims the process when it installs.
+//!
+//! A copy whose table has another ABI (another cuhook release) is never used: both then keep
+//! their own engine, and the first one to see the other says so once. Generic hook sets
+//! (`crate::hooks`) always belong to the copy they are installed with.
+
+mod discover;
+mod table;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+pub(crate) use table::{Peer, Record, Stats, MESSAGE};
+
+use crate::log::Level;
+
+/// Which copy the API talks to.
+#[derive(Clone, Copy)]
+pub(crate) enum Route {
+    /// This copy.
+    Own,
+    /// Another copy, which owns the process.
+    Other(&'static Peer),
+}
+
+/// The other copy chosen for good (its table's address; 0: none yet).
+static OTHER: AtomicUsize = AtomicUsize::new(0);
+/// The loader's add counter when the candidates were last looked for (`u64::MAX`: never).
+static SEARCHED_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+/// Other copies seen in the last walk, not yet claiming the process.
+static CANDIDATES: [AtomicUsize; discover::MOST] = [const { AtomicUsize::new(0) }; discover::MOST];
+static WARNED_INCOMPATIBLE: AtomicBool = AtomicBool::new(false);
+
+/// Whether this copy serves the process: its registry is attached (its CUDA hooks are
+/// installed and keep it current).
+pub(crate) fn own_claimed() -> bool {
+    crate::registry::attached()
+}
+
+/// This copy's table.
+fn own_table() -> usize {
+    &table::PEER as *const Peer as usize
+}
+
+/// Which copy to use now. Cheap when one is settled (a load or two); otherwise the candidates
+/// found by the last walk are asked, and the loader's list is walked again when it changed.
+#[inline]
+pub(crate) fn route() -> Route {
+    let other = OTHER.load(Ordering::Acquire);
+    if other != 0 {
+        // SAFETY: only `settle` stores here: a checked table in a pinned object.
+        #[allow(unsafe_code)]
+        return Route::Other(unsafe { &*(other as *const Peer) });
+    }
+    if own_claimed() {
+        return Route::Own;
+    }
+    search()
+}
+
+#[cold]
+fn search() -> Route {
+    let adds = crate::elf::counters().adds;
+    if SEARCHED_AT.swap(adds, Ordering::AcqRel) != adds {
+        let found = discover::others(own_table());
+        crate::log!(
+            Level::Debug,
+            "other copies of cuhook: {} usable, {} of another release",
+            found.count,
+            found.incompatible
+        );
+        for (i, slot) in CANDIDATES.iter().enumerate() {
+            let table = if i < found.count { found.tables[i] } else { 0 };
+            slot.store(table, Ordering::Release);
+        }
+        if found.incompatible > 0 && !WARNED_INCOMPATIBLE.swap(true, Ordering::Relaxed) {
+            crate::log!(
+                Level::Warn,
+                "another cuhook release is loaded in this process ({} copies with another interface): each keeps its own hooks and registry",
+                found.incompatible
+            );
+        }
+    }
+    for slot in &CANDIDATES {
+        let table = slot.load(Ordering::Acquire);
+        if table == 0 {
+            break;
+        }
+        // SAFETY: a table `discover` checked, in an object loaded when it was found; `settle`
+        // pins it before use, and a candidate whose object went is dropped at the next walk
+        // (the add counter changes with every load, so an unload followed by a load is seen).
+        #[allow(unsafe_code)]
+        let claimed = unsafe { ((*(table as *const Peer)).claimed)() } != 0;
+        if claimed {
+            if let Some(route) = settle(table) {
+                return route;
+            }
+        }
+    }
+    Route::Own
+}
+
+/// Use the copy at `table` from now on, pinning its object (never given back; the main program
+/// needs none).
+fn settle(table: usize) -> Option<Route> {
+    if !crate::sys::dl::in_main_program(table) {
+        crate::sys::dl::open_containing(table)?;
+    }
+    let chosen = match OTHER.compare_exchange(0, table, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            let name = crate::sys::dl::file_containing(table).unwrap_or_default();
+            crate::log!(
+                Level::Info,
+                "another copy of cuhook ({}) serves this process: this one forwards to it",
+                String::from_utf8_lossy(&name)
+            );
+            table
+        }
+        Err(earlier) => earlier,
+    };
+    // SAFETY: a checked table in a pinned object.
+    #[allow(unsafe_code)]
+    Some(Route::Other(unsafe { &*(chosen as *const Peer) }))
+}
+
+/// The object holding another copy's table, for messages.
+pub(crate) fn object_of(peer: &Peer) -> String {
+    let name = crate::sys::dl::file_containing(peer as *const Peer as usize).unwrap_or_default();
+    if name.is_empty() {
+        "<main program>".to_owned()
+    } else {
+        String::from_utf8_lossy(&name).into_owned()
+    }
+}
