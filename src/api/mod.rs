@@ -112,7 +112,7 @@ pub fn lookup_span(address: impl Address, len: usize) -> Option<Allocation> {
 /// `len` 0: the one byte at `address`.
 #[inline(never)]
 fn lookup_at(address: usize, len: usize) -> Option<Allocation> {
-    match instance::route() {
+    match instance::route_quick() {
         Route::Own if len == 0 => registry::hot().lookup(address),
         Route::Own => registry::hot().lookup_span(address, len),
         Route::Other(peer) => {

@@ -41,7 +41,11 @@ extern "C" fn constructor() {
             // The loader functions cuhook calls for itself, read before any copy of cuhook that
             // serves the process patches this object.
             crate::sys::real::capture();
-            if secure_execution() || !loaded_as_libcuhook() {
+            if secure_execution() {
+                return;
+            }
+            crate::instance::discover_at_start();
+            if !loaded_as_libcuhook() {
                 return;
             }
             let (config, warnings) = Config::from_env();

@@ -55,85 +55,116 @@ fn own_table() -> usize {
     &table::PEER as *const Peer as usize
 }
 
-/// Which copy to use now. Cheap when one is settled (a load or two); otherwise the candidates
-/// found by the last walk are asked, and the loader's list is walked again when it changed.
+/// Which copy to use now, for calls that may ask the loader (install, subscribe, statistics):
+/// settled in a load or two; otherwise the loader's list is walked again when it changed, and
+/// the copies found are asked whether one claimed the process.
 #[inline]
 pub(crate) fn route() -> Route {
-    let other = OTHER.load(Ordering::Acquire);
-    if other != 0 {
-        // SAFETY: only `settle` stores here: a checked table in a pinned object.
-        #[allow(unsafe_code)]
-        return Route::Other(unsafe { &*(other as *const Peer) });
+    match settled() {
+        Some(route) => route,
+        None => {
+            refresh();
+            claimed_candidate().unwrap_or(Route::Own)
+        }
     }
-    if own_claimed() {
-        return Route::Own;
-    }
-    search()
 }
 
+/// [`route`] for lookups, which must never call the loader (a lookup may run in a child forked
+/// while another thread held the loader's locks): only the copies found by earlier walks (the
+/// constructor's, an install's or a subscription's) are asked.
+#[inline]
+pub(crate) fn route_quick() -> Route {
+    settled().or_else(claimed_candidate).unwrap_or(Route::Own)
+}
+
+/// The copy already chosen, or this one while it serves the process.
+#[inline]
+fn settled() -> Option<Route> {
+    let other = OTHER.load(Ordering::Acquire);
+    if other != 0 {
+        // SAFETY: only `claimed_candidate` stores here: a checked table in a pinned object.
+        #[allow(unsafe_code)]
+        return Some(Route::Other(unsafe { &*(other as *const Peer) }));
+    }
+    own_claimed().then_some(Route::Own)
+}
+
+/// Look for other copies (once at start, and again when the loader's list changed), pinning
+/// each one found.
 #[cold]
-fn search() -> Route {
+fn refresh() {
     let adds = crate::elf::counters().adds;
-    if SEARCHED_AT.swap(adds, Ordering::AcqRel) != adds {
-        let found = discover::others(own_table());
-        crate::log!(
-            Level::Debug,
-            "other copies of cuhook: {} usable, {} of another release",
-            found.count,
-            found.incompatible
-        );
-        for (i, slot) in CANDIDATES.iter().enumerate() {
-            let table = if i < found.count { found.tables[i] } else { 0 };
-            slot.store(table, Ordering::Release);
-        }
-        if found.incompatible > 0 && !WARNED_INCOMPATIBLE.swap(true, Ordering::Relaxed) {
-            crate::log!(
-                Level::Warn,
-                "another cuhook release is loaded in this process ({} copies with another interface): each keeps its own hooks and registry",
-                found.incompatible
-            );
+    if SEARCHED_AT.swap(adds, Ordering::AcqRel) == adds {
+        return;
+    }
+    let found = discover::others(own_table());
+    crate::log!(
+        Level::Debug,
+        "other copies of cuhook: {} usable, {} of another release",
+        found.count,
+        found.incompatible
+    );
+    let mut kept = 0;
+    for &table in &found.tables[..found.count] {
+        // Pinned for good (the main program needs no pin): a lookup may then use the copy
+        // without asking the loader anything.
+        let pinned = crate::sys::dl::in_main_program(table)
+            || CANDIDATES
+                .iter()
+                .any(|c| c.load(Ordering::Acquire) == table)
+            || crate::sys::dl::open_containing(table).is_some();
+        if pinned {
+            CANDIDATES[kept].store(table, Ordering::Release);
+            kept += 1;
         }
     }
+    for slot in &CANDIDATES[kept..] {
+        slot.store(0, Ordering::Release);
+    }
+    if found.incompatible > 0 && !WARNED_INCOMPATIBLE.swap(true, Ordering::Relaxed) {
+        crate::log!(
+            Level::Warn,
+            "another cuhook release is loaded in this process ({} copies with another interface): each keeps its own hooks and registry",
+            found.incompatible
+        );
+    }
+}
+
+/// The first known copy that claims the process, chosen for good.
+fn claimed_candidate() -> Option<Route> {
     for slot in &CANDIDATES {
         let table = slot.load(Ordering::Acquire);
         if table == 0 {
             break;
         }
-        // SAFETY: a table `discover` checked, in an object loaded when it was found; `settle`
-        // pins it before use, and a candidate whose object went is dropped at the next walk
-        // (the add counter changes with every load, so an unload followed by a load is seen).
+        // SAFETY: a table `discover` checked, in an object pinned by `refresh`.
         #[allow(unsafe_code)]
         let claimed = unsafe { ((*(table as *const Peer)).claimed)() } != 0;
-        if claimed {
-            if let Some(route) = settle(table) {
-                return route;
-            }
+        if !claimed {
+            continue;
         }
+        let chosen = match OTHER.compare_exchange(0, table, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => table,
+            Err(earlier) => earlier,
+        };
+        // SAFETY: as above.
+        #[allow(unsafe_code)]
+        return Some(Route::Other(unsafe { &*(chosen as *const Peer) }));
     }
-    Route::Own
+    None
 }
 
-/// Use the copy at `table` from now on, pinning its object (never given back; the main program
-/// needs none).
-fn settle(table: usize) -> Option<Route> {
-    if !crate::sys::dl::in_main_program(table) {
-        crate::sys::dl::open_containing(table)?;
+/// At start-up (every copy's constructor): find the other copies already loaded, so that a
+/// program's lookups use a preloaded engine from its first call.
+pub(crate) fn discover_at_start() {
+    refresh();
+    if let Some(Route::Other(peer)) = claimed_candidate() {
+        crate::log!(
+            Level::Info,
+            "the copy of cuhook in {} serves this process: this one forwards to it",
+            object_of(peer)
+        );
     }
-    let chosen = match OTHER.compare_exchange(0, table, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => {
-            let name = crate::sys::dl::file_containing(table).unwrap_or_default();
-            crate::log!(
-                Level::Info,
-                "another copy of cuhook ({}) serves this process: this one forwards to it",
-                String::from_utf8_lossy(&name)
-            );
-            table
-        }
-        Err(earlier) => earlier,
-    };
-    // SAFETY: a checked table in a pinned object.
-    #[allow(unsafe_code)]
-    Some(Route::Other(unsafe { &*(chosen as *const Peer) }))
 }
 
 /// The object holding another copy's table, for messages.
