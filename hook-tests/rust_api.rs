@@ -21,17 +21,20 @@ type CuMemAlloc = unsafe extern "C" fn(*mut u64, usize) -> i32;
 type CuMemFree = unsafe extern "C" fn(u64) -> i32;
 
 /// `name` from the fake driver, looked up after install with this program's own `dlsym`: the
-/// program contains cuhook and is patched like any other object, so the answer is the hook.
+/// program contains cuhook and is patched like any other object, so a hooked name's answer is
+/// the hook.
 fn sym<T: Copy>(driver: *mut c_void, name: &str) -> T {
     let c = CString::new(name).unwrap();
     // SAFETY: a live handle and a NUL-terminated name.
     let p = unsafe { libc::dlsym(driver, c.as_ptr()) };
     assert!(!p.is_null(), "{name} missing from the fake driver");
-    assert_ne!(
-        p,
-        real(driver, name),
-        "{name}: this program's dlsym gave no hook"
-    );
+    if cuhook::hook_table().iter().any(|h| h.symbol == name) {
+        assert_ne!(
+            p,
+            real(driver, name),
+            "{name}: this program's dlsym gave no hook"
+        );
+    }
     assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<*mut c_void>());
     // SAFETY: `T` is the function-pointer type of `name`'s C signature.
     unsafe { std::mem::transmute_copy(&p) }
