@@ -112,6 +112,13 @@ pub fn lookup_span(address: impl Address, len: usize) -> Option<Allocation> {
 /// `len` 0: the one byte at `address`.
 #[inline(never)]
 fn lookup_at(address: usize, len: usize) -> Option<Allocation> {
+    lookup_in(address, len)
+}
+
+/// [`lookup_at`] inlined (the C API's `cuhook_lookup`): the registry's lookup against its
+/// static when this copy serves the process.
+#[inline]
+pub(crate) fn lookup_in(address: usize, len: usize) -> Option<Allocation> {
     match instance::route_quick() {
         Route::Own if len == 0 => registry::hot().lookup(address),
         Route::Own => registry::hot().lookup_span(address, len),

@@ -205,7 +205,7 @@ pub unsafe extern "C" fn cuhook_lookup(
                 what: "info is NULL",
             });
         }
-        match crate::lookup_span(address as usize, length) {
+        match crate::api::lookup_in(address as usize, length) {
             Some(a) => {
                 fill_info(info, &a);
                 Ok(CUHOOK_OK)

@@ -46,6 +46,7 @@ static WARNED_INCOMPATIBLE: AtomicBool = AtomicBool::new(false);
 
 /// Whether this copy serves the process: its registry is attached (its CUDA hooks are
 /// installed and keep it current).
+#[inline(always)]
 pub(crate) fn own_claimed() -> bool {
     crate::registry::attached()
 }
@@ -78,7 +79,7 @@ pub(crate) fn route_quick() -> Route {
 }
 
 /// The copy already chosen, or this one while it serves the process.
-#[inline]
+#[inline(always)]
 fn settled() -> Option<Route> {
     let other = OTHER.load(Ordering::Acquire);
     if other != 0 {
@@ -131,6 +132,7 @@ fn refresh() {
 }
 
 /// The first known copy that claims the process, chosen for good.
+#[cold]
 fn claimed_candidate() -> Option<Route> {
     for slot in &CANDIDATES {
         let table = slot.load(Ordering::Acquire);
