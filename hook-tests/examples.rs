@@ -122,6 +122,51 @@ fn rust_cudarc_example() {
     );
 }
 
+/// The same program under `cuhook run` (libcuhook.so preloaded): one engine. The program's
+/// install, subscription and lookups go to the preloaded copy (before, its lookups asked its own
+/// empty registry and found none of the 8 buffers), the report counts cudarc's calls, and it
+/// raises no false alarm about a static CUDA runtime (cudarc names every driver function,
+/// `cuGetProcAddress_v2` included, but links no runtime).
+#[test]
+fn rust_cudarc_example_under_cuhook_run() {
+    let dir = common::scratch_dir("example-cudarc-run");
+    let r = run(common::cuhook_command()
+        .current_dir(&dir)
+        .env("LD_LIBRARY_PATH", common::fixtures_dir())
+        .args(["run", "--report", "r.txt", "--"])
+        .arg(example("cudarc")));
+    assert!(
+        r.status.success() && r.stdout.contains("cudarc example: 13 passed, 0 failed"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    let report = std::fs::read_to_string(dir.join("r.txt")).unwrap();
+    let row = |api: &str| {
+        report
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(api))
+            .map(|l| {
+                l.split_whitespace()
+                    .skip(1)
+                    .take(4)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+    };
+    assert_eq!(
+        row("cuMemAllocAsync").as_deref(),
+        Some("8 5517236 0 0"),
+        "{report}"
+    );
+    assert_eq!(
+        row("cuMemFreeAsync").as_deref(),
+        Some("0 0 8 5517236"),
+        "{report}"
+    );
+    assert!(!report.contains("static CUDA runtime"), "{report}");
+}
+
 /// `cuhook run --report --trace -- python3 leaky.py ARGS`: the report and the trace.
 fn leak_hunt(dir: &Path, args: &[&str]) -> (String, String) {
     common::output_ok(

@@ -9,10 +9,21 @@ use super::summary::{LiveAllocation, Summary};
 use crate::{elf, hooks, registry};
 
 /// Objects that carry a static CUDA runtime: they are not libcudart or the driver, yet embed the
-/// name the runtime asks `dlsym` for (`cuGetProcAddress_v2`). Their driver calls are visible
+/// name the runtime asks `dlsym` for (`cuGetProcAddress_v2`) and the runtime's error messages
+/// (cudarc names every driver function but links no runtime). Their driver calls are visible
 /// only through cuGetProcAddress. (Executables export none of their own symbols, so the name
 /// in their read-only data is the reliable sign.)
 fn static_runtimes() -> Vec<String> {
+    const REVERSED_MESSAGE: &[u8] = b"noisrev emitnur ADUC rof tneiciffusni si noisrev revird ADUC";
+    // Besides the name it resolves the driver through, a runtime carries its error messages
+    // (`cudaGetErrorString`): a program that merely names every driver function (cudarc does,
+    // `cuGetProcAddress_v2` included) has no runtime linked into it. The message is kept
+    // reversed here, so that a program embedding cuhook does not carry it.
+    let message: Vec<u8> = std::hint::black_box(REVERSED_MESSAGE)
+        .iter()
+        .rev()
+        .copied()
+        .collect();
     elf::snapshot()
         .objects
         .iter()
@@ -22,6 +33,7 @@ fn static_runtimes() -> Vec<String> {
                 && hooks::while_pinned(o, || {
                     !elf::defines(o, "cuGetProcAddress_v2", None)
                         && elf::segments_contain(o, b"cuGetProcAddress_v2\0")
+                        && elf::segments_contain(o, &message)
                 })
                 .unwrap_or(false)
         })
