@@ -188,16 +188,33 @@ fn driver_round_trip(alloc: CuMemAlloc, free: CuMemFree, what: &str) {
 /// handed out the real functions and none of these calls was seen.
 #[test]
 fn the_programs_own_loader_and_cuda_calls_are_hooked() {
-    if in_child("the_programs_own_loader_and_cuda_calls_are_hooked", &[]) {
+    let fixtures = common::fixtures_dir().to_str().unwrap().to_owned();
+    if in_child(
+        "the_programs_own_loader_and_cuda_calls_are_hooked",
+        &[("LD_LIBRARY_PATH", fixtures)],
+    ) {
         return;
     }
     let hooks = cuhook::install().unwrap();
     assert!(!hooks.is_forwarded());
-    // Loaded after install, by the program itself: patched by its dlopen interposer.
-    let (driver, runtime) = load_cuda();
+    // The runtime, loaded after install by the program itself (patched by its dlopen
+    // interposer); the runtime loads the driver itself on its first call (a library that a
+    // library of the program loads).
+    let runtime = open(&common::fixtures_dir().join("libcudart.so.13"));
+    // SAFETY: a NUL-terminated name; RTLD_NOLOAD loads nothing.
+    let not_yet =
+        unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    assert!(
+        not_yet.is_null(),
+        "the driver was loaded before the runtime's first call"
+    );
     let heard = Arc::new(Heard::default());
     let sub = listen(&heard);
     runtime_round_trip(runtime, &heard, 1 << 20);
+    // SAFETY: as above.
+    let driver =
+        unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    assert!(!driver.is_null(), "the runtime did not load the driver");
     assert_ne!(
         program_dlsym(runtime, "cudaMalloc"),
         defined(runtime, "cudaMalloc"),
@@ -232,6 +249,21 @@ fn the_programs_own_loader_and_cuda_calls_are_hooked() {
         as_fn(by_runtime(c"cuMemAlloc")),
         as_fn(by_runtime(c"cuMemFree")),
         "cudaGetDriverEntryPoint",
+    );
+    // dlvsym, for a hooked function of the C library (the loader interposers' set).
+    // SAFETY: NUL-terminated strings.
+    let versioned = unsafe {
+        libc::dlvsym(
+            libc::RTLD_DEFAULT,
+            c"dlopen".as_ptr(),
+            c"GLIBC_2.34".as_ptr(),
+        )
+    };
+    assert!(!versioned.is_null());
+    assert_ne!(
+        versioned,
+        defined(libc::RTLD_DEFAULT, "dlopen"),
+        "the program's dlvsym gave the real dlopen"
     );
     // dlsym of the driver function itself.
     driver_round_trip(
