@@ -342,3 +342,30 @@ fn the_exit_report_never_reads_an_object_being_unloaded() {
         &crashes[..crashes.len().min(3)]
     );
 }
+
+/// A host built with AddressSanitizer/LeakSanitizer that uses the whole C API (the program of
+/// `c_program_linked_to_libcuhook_uses_the_whole_api`, `cuhook_set_exclude` included) exits
+/// clean: nothing of ours is reported leaked. (Before, every replaced exclude list was dropped
+/// unreachable: LeakSanitizer reported it and failed the host's run.)
+#[test]
+fn a_sanitizer_built_host_sees_no_leak() {
+    let dir = common::scratch_dir("capi-asan");
+    let exe = build_with("capi_test.c", &dir, &["-fsanitize=address".to_owned()]);
+    let out = Command::new(&exe)
+        .env("CUHOOK_DISABLE", "1")
+        .env("ASAN_OPTIONS", "detect_leaks=1:exitcode=97")
+        .output()
+        .unwrap();
+    let run = common::Run {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    };
+    assert!(
+        !run.stderr.contains("Sanitizer"),
+        "the sanitizer reported:\n{}",
+        run.stderr
+    );
+    assert!(run.status.success(), "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("exclude"), "{}", run.stdout);
+}

@@ -29,22 +29,45 @@ pub enum SkipReason {
     Excluded,
 }
 
+/// One version of the exclude list. Replaced versions stay allocated (a reader may be copying
+/// one) and stay *reachable*, chained from the current one: a leak checker (LeakSanitizer in a
+/// sanitizer-built host) sees memory still referenced, not a leak.
+struct ExcludeList {
+    patterns: Vec<String>,
+    previous: *const ExcludeList,
+}
+
 /// The exclude list, replaced whole. No lock: a `fork` while another thread held one would
-/// leave the child's next install or rescan waiting for ever. Replaced lists stay allocated (a
-/// reader may be copying one), so set it at start-up, not in a loop.
-static EXCLUDE: AtomicPtr<Vec<String>> = AtomicPtr::new(std::ptr::null_mut());
+/// leave the child's next install or rescan waiting for ever. Set it at start-up, not in a loop
+/// (each version is kept).
+static EXCLUDE: AtomicPtr<ExcludeList> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Replace the exclude list: objects whose path contains any of these substrings are not
 /// patched by installs and rescans that start afterwards. The previous list is kept allocated
 /// (readers never wait for this call); it is meant for configuration, a few calls per process.
 pub fn set_exclude_list<I: IntoIterator<Item = S>, S: Into<String>>(patterns: I) {
-    let list: Vec<String> = patterns
+    let patterns: Vec<String> = patterns
         .into_iter()
         .map(Into::into)
         .filter(|s: &String| !s.is_empty())
         .collect();
-    // Release: the list is complete before a reader can load its address.
-    EXCLUDE.store(Box::into_raw(Box::new(list)), Ordering::Release);
+    let list = Box::into_raw(Box::new(ExcludeList {
+        patterns,
+        previous: std::ptr::null(),
+    }));
+    let mut current = EXCLUDE.load(Ordering::Acquire);
+    loop {
+        // SAFETY: `list` is ours until published below.
+        #[allow(unsafe_code)]
+        unsafe {
+            (*list).previous = current
+        };
+        // Release: the list is complete before a reader can load its address.
+        match EXCLUDE.compare_exchange(current, list, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return,
+            Err(now) => current = now,
+        }
+    }
 }
 
 /// The current exclude list.
@@ -56,7 +79,7 @@ pub fn exclude_list() -> Vec<String> {
     // SAFETY: a pointer `set_exclude_list` published from `Box::into_raw`; lists are never freed.
     #[allow(unsafe_code)]
     unsafe {
-        (*list).clone()
+        (*list).patterns.clone()
     }
 }
 
