@@ -124,7 +124,15 @@ impl<'a> Image<'a> {
         let (mut start, mut stop) = (addr, addr);
         // Each step moves past one mapping, strictly forward (`stop < end <= seg_end`).
         while stop < end {
-            let (from, to, p) = kernel.covering(stop).ok()?;
+            let (from, to, p) = match kernel.covering(stop) {
+                Ok(found) => found,
+                // Refused mid-way (a seccomp filter installed after start-up): the declared
+                // segments count, as where the kernel has no query.
+                Err(_) if super::protection::kernel_query_refused() => {
+                    return self.declared(addr, end);
+                }
+                Err(_) => return None,
+            };
             if from > stop || to <= stop {
                 return None;
             }

@@ -18,9 +18,19 @@
 //! fence on every running thread of the process (the asymmetric scheme of liburcu's "memb"
 //! flavour). Elsewhere both sides use `fence(SeqCst)` (an `mfence`, ~3 ns on the dev VM).
 //!
+//! A sandbox may deny `membarrier` after it was registered (a seccomp filter a program installs
+//! once it has started). Then nothing aborts: new sections fence fully from then on, and each
+//! writer barrier, which may still meet readers that entered with a compiler fence only, makes
+//! every running thread of the process pass a full fence another way ([`process_wide_fence`]:
+//! a page-protection change, whose TLB shootdown interrupts every CPU running the process on
+//! x86-64; on other architectures, where TLB invalidations are broadcast without interrupts,
+//! also a wait of a few milliseconds, past which no store of a running reader is still
+//! unpublished). `cuhook::events::asymmetric_barriers()` is then false.
+//!
 //! # Safety
 //!
-//! The only unsafe code is the `membarrier` system call: integer arguments, no memory.
+//! The unsafe code is the `membarrier` system call (integer arguments, no memory) and the
+//! fallback's private anonymous page (mapped once, never unmapped).
 #![allow(unsafe_code)]
 
 use std::sync::atomic::{compiler_fence, AtomicBool};
@@ -37,9 +47,13 @@ loom::lazy_static! {
     static ref EPOCH: AtomicU64 = AtomicU64::new(1);
 }
 
-/// True once `membarrier` is registered; never goes back to false. Not an atomic of the modelled
-/// protocol: under loom (and Miri) it stays false.
+/// True once `membarrier` is registered; back to false only if it is denied later (then
+/// [`DEGRADED`] is set first). Not an atomic of the modelled protocol: under loom (and Miri) it
+/// stays false.
 static ASYMMETRIC: AtomicBool = AtomicBool::new(false);
+/// Set when `membarrier` failed after registration: every writer barrier from then on uses
+/// [`process_wide_fence`] (a reader may still be in a section it entered with a compiler fence).
+static DEGRADED: AtomicBool = AtomicBool::new(false);
 /// Fork-safe: `init_writer` may wait on `membarrier` registration for milliseconds, and a child
 /// forked meanwhile must not wait for ever on a `std::sync::Once` (registering again is harmless).
 static MODE: crate::sys::once::ForkSafeOnce = crate::sys::once::ForkSafeOnce::new();
@@ -110,14 +124,80 @@ fn reader_barrier(asymmetric: bool) {
 /// Orders the writer's preceding stores before its following loads of every slot.
 fn writer_barrier() {
     fence(Ordering::SeqCst);
-    if ASYMMETRIC.load(Ordering::Relaxed) && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0 {
-        // Registered commands do not fail; if one ever did, readers would be unprotected.
-        let msg = b"cuhook: membarrier failed after registration; aborting\n";
-        // SAFETY: writes a static buffer to stderr.
-        unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
-        std::process::abort();
+    if DEGRADED.load(Ordering::Acquire) {
+        process_wide_fence();
+    } else if ASYMMETRIC.load(Ordering::Relaxed)
+        && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0
+    {
+        degrade();
     }
     fence(Ordering::SeqCst);
+}
+
+/// `membarrier` failed after registration: readers fence fully from now on, and this and every
+/// later writer barrier use [`process_wide_fence`].
+#[cold]
+fn degrade() {
+    if !DEGRADED.swap(true, Ordering::SeqCst) {
+        ASYMMETRIC.store(false, Ordering::SeqCst);
+        crate::log!(
+            crate::log::Level::Warn,
+            "membarrier failed after registration ({}): subscriber lists fall back to full fences",
+            std::io::Error::last_os_error()
+        );
+    }
+    process_wide_fence();
+}
+
+/// A full fence on every thread of the process now running, without `membarrier`.
+#[cold]
+fn process_wide_fence() {
+    use std::sync::atomic::AtomicUsize;
+    static PAGE: AtomicUsize = AtomicUsize::new(0);
+    let page = region::page::size();
+    let mut at = PAGE.load(Ordering::Acquire);
+    if at == 0 {
+        // SAFETY: a fresh private anonymous page of ours; never unmapped.
+        let fresh = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if fresh != libc::MAP_FAILED {
+            at = match PAGE.compare_exchange(0, fresh as usize, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => fresh as usize,
+                Err(other) => {
+                    // SAFETY: our own mapping, never published.
+                    unsafe { libc::munmap(fresh, page) };
+                    other
+                }
+            };
+        }
+    }
+    if at != 0 {
+        // Dirty the page so that the protection change must shoot its translation down on every
+        // CPU that may hold it: on x86-64, an interrupt (a serialising event) on each CPU now
+        // running a thread of the process.
+        // SAFETY: our own page, writable until the first mprotect below, restored after it.
+        unsafe {
+            std::ptr::write_volatile(at as *mut u8, 1);
+            libc::mprotect(at as *mut libc::c_void, page, libc::PROT_READ);
+            libc::mprotect(
+                at as *mut libc::c_void,
+                page,
+                libc::PROT_READ | libc::PROT_WRITE,
+            );
+        }
+    }
+    if !cfg!(target_arch = "x86_64") || at == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 /// One dispatch level on this thread. While the outermost `Section` lives, no snapshot loaded
