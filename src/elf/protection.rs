@@ -655,10 +655,8 @@ mod tests {
         assert!(!kernel_query_refused(), "a foreign file is no refusal");
         drop((inside, swapped, span));
         // SAFETY: F_GETFD only asks whether the descriptor is open.
-        assert!(
-            unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0,
-            "closed the program's file"
-        );
+        let still_open = unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0;
+        assert!(still_open, "closed the program's file");
         // SAFETY: the /dev/null descriptor is ours to close (it stood in for the program's).
         unsafe { libc::close(fd) };
         let after = ProtectionMap::for_addresses(std::iter::once(probe)).unwrap();
