@@ -22,8 +22,9 @@ fn fixture(name: &str) -> String {
     common::fixtures_dir().join(name).display().to_string()
 }
 
+/// A file of this test process in the target directory's scratch space.
 fn temp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("cuhook-cli-test-{}-{name}", std::process::id()))
+    common::scratch_root().join(format!("cuhook-cli-test-{}-{name}", std::process::id()))
 }
 
 fn text(b: &[u8]) -> String {
@@ -501,4 +502,362 @@ fn run_forwards_termination_signals_to_its_command() {
         }
     }
     let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// Item 38: the statuses a shell gives — 126 for a file that exists but cannot be executed
+/// (before: 127 for all), 127 for a command not found — and cuhook's own 125 for a failure
+/// before the command starts.
+#[test]
+fn run_exit_statuses_are_a_shells() {
+    if cuhook_fixtures::skip_when_cross(
+        "exec errors (qemu-user's vfork is a fork: every one is 127)",
+    ) {
+        return;
+    }
+    let dir = common::scratch("cli-exit-statuses");
+    let data = dir.join("data.txt");
+    std::fs::write(&data, "not a program\n").unwrap();
+    for (what, program, code, says) in [
+        (
+            "a plain file",
+            data.to_str().unwrap(),
+            126,
+            "Permission denied",
+        ),
+        ("a directory", dir.to_str().unwrap(), 126, "cannot run"),
+        (
+            "a missing path",
+            "/nonexistent/program",
+            127,
+            "No such file",
+        ),
+        (
+            "a name not in PATH",
+            "no-such-command-cuhook-test",
+            127,
+            "no-such-command-cuhook-test: command not found",
+        ),
+    ] {
+        let out = cuhook(&["run", "--", program], &[]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{what}: {stderr}");
+        assert!(stderr.contains(says), "{what}: {stderr}");
+    }
+}
+
+/// `--opt=value` works like `--opt value` for every option with a value (before: `--trace=F`
+/// and `--output=F` were unknown options).
+#[test]
+fn options_take_their_value_after_a_space_or_an_equals_sign() {
+    let dir = common::scratch("cli-equals");
+    let out = common::cuhook_command()
+        .current_dir(&dir)
+        .args(["run", "--report=r.txt", "--trace=t.jsonl", "--"])
+        .arg(fixture("demo_rt_static"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report = std::fs::read_to_string(dir.join("r.txt")).unwrap();
+    assert!(
+        report.contains("Live allocations at exit: 1 (2.0 MiB)"),
+        "{report}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("t.jsonl"))
+            .unwrap()
+            .lines()
+            .count(),
+        9
+    );
+    common::output_ok(common::cuhook_command().current_dir(&dir).args([
+        "view",
+        "--output=page.html",
+        "t.jsonl",
+    ]));
+    assert!(dir.join("page.html").is_file());
+}
+
+/// Usage errors exit 2 and name the option or argument as the user typed it; `demo` refuses a
+/// stray argument as `symbols` does (before, it ignored it).
+#[test]
+fn usage_errors_name_what_was_typed() {
+    for (args, says) in [
+        (
+            &["run", "--reprot", "r.txt", "--", "true"][..],
+            "cuhook run: unknown option `--reprot`",
+        ),
+        (
+            &["run", "--report"],
+            "cuhook run: option `--report` needs a value",
+        ),
+        (
+            &["run", "--lib"],
+            "cuhook run: option `--lib` needs a value",
+        ),
+        (&["view", "-o"], "cuhook view: option `-o` needs a value"),
+        (&["view", "--out=x", "t.jsonl"], "unknown option `--out`"),
+        (
+            &["demo", "extra"],
+            "cuhook demo: unexpected argument `extra`",
+        ),
+        (
+            &["demo", "--keep"],
+            "cuhook demo: option `--keep` needs a value",
+        ),
+        (
+            &["symbols", "extra"],
+            "cuhook symbols: unexpected argument `extra`",
+        ),
+        (
+            &["export", "t.jsonl"],
+            "cuhook export: --format is required",
+        ),
+        (&["--verbose"], "cuhook: unknown option `--verbose`"),
+    ] {
+        let out = cuhook(args, &[]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(stderr.contains("--help`."), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn help_lists_the_version_option_and_it_answers() {
+    let help = text(&cuhook(&["--help"], &[]).stdout);
+    assert!(help.contains("--version"), "{help}");
+    assert!(
+        help.contains("$CUHOOK_LIB"),
+        "the library search order: {help}"
+    );
+    let out = cuhook(&["--version"], &[]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        text(&out.stdout),
+        format!("cuhook {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+/// A `--report` or `--trace` that cannot be written is refused before the command starts
+/// (before: the command ran, then `--report` failed with exit status 0, and `--trace` gave
+/// only the library's warning, with the OS error twice).
+#[test]
+fn unusable_output_paths_are_refused_before_the_command_starts() {
+    let dir = common::scratch("cli-bad-paths");
+    let marker = dir.join("ran");
+    let link = dir.join("link.txt");
+    std::os::unix::fs::symlink(dir.join("elsewhere.txt"), &link).unwrap();
+    let touch = format!("touch {}", marker.display());
+    for (option, path, says) in [
+        (
+            "--report",
+            "/nonexistent/r.txt",
+            "directory /nonexistent does not exist",
+        ),
+        (
+            "--report",
+            "/nonexistent/r.%p.txt",
+            "directory /nonexistent does not exist",
+        ),
+        (
+            "--report",
+            link.to_str().unwrap(),
+            "is a symbolic link (name the file itself)",
+        ),
+        ("--report", dir.to_str().unwrap(), "is a directory"),
+        (
+            "--trace",
+            "/nonexistent/t.jsonl",
+            "directory /nonexistent does not exist",
+        ),
+        (
+            "--trace",
+            "/etc/passwd/t.%r.jsonl",
+            "/etc/passwd is not a directory",
+        ),
+    ] {
+        let out = cuhook(&["run", option, path, "--", "sh", "-c", &touch], &[]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{option} {path}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "cuhook run: {option} {path}: {says}; the command was not started."
+            )),
+            "{option} {path}: {stderr}"
+        );
+        assert!(!marker.exists(), "{option} {path}: the command ran");
+    }
+    assert!(
+        !dir.join("elsewhere.txt").exists(),
+        "written through the link"
+    );
+}
+
+/// The command's view of the library it was given: `$LD_PRELOAD`.
+fn preloaded(
+    cuhook_exe: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &std::ffi::OsStr)],
+) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(cuhook_exe);
+    cmd.arg("run")
+        .args(args)
+        .args(["--", "sh", "-c", "echo \"$LD_PRELOAD\""])
+        .env_remove("LD_PRELOAD")
+        .env_remove("CUHOOK_LIB");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code(),
+        text(&out.stdout).trim().to_owned(),
+        text(&out.stderr),
+    )
+}
+
+/// `cuhook run` finds its library by the documented order: `--lib`, `$CUHOOK_LIB`, beside the
+/// binary, `../lib*`; with none, it says how to get one (exit 125). A named library that is
+/// not there is an error, not a reason to look elsewhere.
+#[test]
+fn run_finds_its_library_by_the_documented_order() {
+    let dir = common::scratch("cli-lib-search");
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let exe = bin.join("cuhook");
+    std::fs::copy(env!("CARGO_BIN_EXE_cuhook"), &exe).unwrap();
+    let real = common::libcuhook();
+
+    let (code, _, stderr) = preloaded(&exe, &[], &[]);
+    assert_eq!(code, Some(125), "{stderr}");
+    for hint in [
+        "--lib PATH",
+        "$CUHOOK_LIB",
+        "scripts/install-c.sh --prefix",
+        "cargo install",
+    ] {
+        assert!(stderr.contains(hint), "{hint}: {stderr}");
+    }
+    assert!(
+        stderr.contains(&format!("  {}", dir.join("lib/libcuhook.so.0").display())),
+        "{stderr}"
+    );
+
+    let (code, preload, stderr) = preloaded(&exe, &["--lib", real.to_str().unwrap()], &[]);
+    assert_eq!(
+        (code, preload.as_str()),
+        (Some(0), real.to_str().unwrap()),
+        "{stderr}"
+    );
+    let (code, preload, _) = preloaded(&exe, &[], &[("CUHOOK_LIB", real.as_os_str())]);
+    assert_eq!((code, preload.as_str()), (Some(0), real.to_str().unwrap()));
+    let (code, _, stderr) = preloaded(
+        &exe,
+        &[],
+        &[("CUHOOK_LIB", "/nonexistent/libcuhook.so".as_ref())],
+    );
+    assert_eq!(code, Some(125));
+    assert!(
+        stderr.contains("cuhook run: CUHOOK_LIB /nonexistent/libcuhook.so: "),
+        "{stderr}"
+    );
+    let (code, _, stderr) = preloaded(
+        &exe,
+        &["--lib=/nonexistent/l.so"],
+        &[("CUHOOK_LIB", real.as_os_str())],
+    );
+    assert_eq!(code, Some(125));
+    assert!(
+        stderr.contains("cuhook run: --lib /nonexistent/l.so: "),
+        "--lib wins: {stderr}"
+    );
+
+    // Installed layout: PREFIX/bin/cuhook and PREFIX/lib/libcuhook.so.0.
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    let installed = dir.join("lib/libcuhook.so.0");
+    std::fs::copy(&real, &installed).unwrap();
+    let (code, preload, stderr) = preloaded(&exe, &[], &[]);
+    assert_eq!(
+        (code, preload),
+        (Some(0), installed.display().to_string()),
+        "{stderr}"
+    );
+    // A link to the binary finds the installation it points into.
+    let link = dir.join("cuhook-link");
+    std::os::unix::fs::symlink(&exe, &link).unwrap();
+    let (_, preload, _) = preloaded(&link, &[], &[]);
+    assert_eq!(preload, installed.display().to_string());
+    // Beside the binary comes first.
+    std::fs::copy(&real, bin.join("libcuhook.so")).unwrap();
+    let (_, preload, _) = preloaded(&exe, &[], &[]);
+    assert_eq!(preload, bin.join("libcuhook.so").display().to_string());
+}
+
+/// In a cargo target directory `cargo build` leaves `libcuhook.so` beside the binary and `cargo
+/// test` refreshes only `deps/libcuhook.so`: the newer one is preloaded (before, a stale
+/// `libcuhook.so` from an earlier build always won, and tests ran an old library).
+#[test]
+fn a_stale_library_beside_the_binary_does_not_shadow_a_fresh_one() {
+    let dir = common::scratch("cli-stale-lib");
+    std::fs::create_dir_all(dir.join("deps")).unwrap();
+    let exe = dir.join("cuhook");
+    std::fs::copy(env!("CARGO_BIN_EXE_cuhook"), &exe).unwrap();
+    let stale = dir.join("libcuhook.so");
+    std::fs::write(&stale, "an old build").unwrap();
+    let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&stale)
+        .unwrap()
+        .set_modified(an_hour_ago)
+        .unwrap();
+    let fresh = dir.join("deps/libcuhook.so");
+    std::fs::copy(common::libcuhook(), &fresh).unwrap();
+    let (code, preload, stderr) = preloaded(&exe, &[], &[]);
+    assert_eq!(
+        (code, preload),
+        (Some(0), fresh.display().to_string()),
+        "{stderr}"
+    );
+    let out = Command::new(&exe)
+        .args(["run", "--", "true"])
+        .env_remove("CUHOOK_LIB")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("==== cuhook report"),
+        "the fresh library ran: {stderr}"
+    );
+}
+
+/// `cuhook demo --keep DIR` keeps each program's trace and report and prints the command that
+/// draws them; that command works as printed.
+#[test]
+fn demo_keeps_its_traces_for_the_viewer() {
+    let dir = common::scratch("cli-demo-keep");
+    let keep = dir.join("kept");
+    let out = cuhook(
+        &["demo", "--keep", keep.to_str().unwrap()],
+        &[("CC", cuhook_fixtures::CC)],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    for p in ["demo_driver", "demo_rt_shared", "demo_rt_static"] {
+        let trace = std::fs::read_to_string(keep.join(format!("{p}.jsonl"))).unwrap();
+        assert!(trace.lines().count() >= 9, "{p}: {trace}");
+        let report = std::fs::read_to_string(keep.join(format!("{p}.txt"))).unwrap();
+        assert!(report.contains("==== cuhook report"), "{p}: {report}");
+    }
+    let command = stdout
+        .lines()
+        .map(str::trim)
+        .find(|l| l.contains(" view -o "))
+        .unwrap_or_else(|| panic!("no view command printed:\n{stdout}"));
+    let words: Vec<&str> = command.split_whitespace().collect();
+    assert_eq!(words[0], env!("CARGO_BIN_EXE_cuhook"), "{command}");
+    common::output_ok(Command::new(words[0]).args(&words[1..]));
+    let page = std::fs::read_to_string(keep.join("memory.html")).unwrap();
+    assert!(page.contains("demo_rt_static.jsonl"));
 }

@@ -35,7 +35,8 @@ const CACHE_CHECKS: [&str; 7] = [
 fn c_registration_cache() {
     let fixtures = common::fixtures_dir();
     let lib = common::installed_c_prefix().join("lib");
-    let exe = common::scratch_dir("example-regcache-c").join("regcache");
+    let dir = common::scratch("example-regcache-c");
+    let exe = dir.join("regcache");
     let status = cuhook_fixtures::cc()
         .args(["-O1", "-Wall", "-Wextra", "-Werror", "-o"])
         .arg(&exe)
@@ -129,7 +130,7 @@ fn rust_cudarc_example() {
 /// `cuGetProcAddress_v2` included, but links no runtime).
 #[test]
 fn rust_cudarc_example_under_cuhook_run() {
-    let dir = common::scratch_dir("example-cudarc-run");
+    let dir = common::scratch("example-cudarc-run");
     let r = run(common::cuhook_command()
         .current_dir(&dir)
         .env("LD_LIBRARY_PATH", common::fixtures_dir())
@@ -191,7 +192,7 @@ fn python_leak_hunt_finds_one_buffer_per_step() {
     ) {
         return;
     }
-    let dir = common::scratch_dir("example-leak");
+    let dir = common::scratch("example-leak");
     let (report, trace) = leak_hunt(&dir, &["--steps", "20"]);
     assert!(
         report.contains("Live allocations at exit: 20 (5.0 MiB)"),
@@ -222,5 +223,4 @@ fn python_leak_hunt_finds_one_buffer_per_step() {
         fixed.contains("Live allocations at exit: 0 (0 B)"),
         "{fixed}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -91,17 +91,19 @@ fn program_built_with_only_pkg_config_flags_runs() {
 
 #[test]
 fn staged_install_names_the_final_prefix() {
-    let stage = std::env::temp_dir().join(format!("cuhook-stage-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&stage);
+    let stage = common::scratch("stage");
     common::output_ok(
         Command::new("sh")
             .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/install-c.sh"))
             .args(["--prefix", "/opt/cuhook", "--destdir"])
-            .arg(&stage)
+            .arg(&*stage)
             .arg("--lib")
-            .arg(common::libcuhook()),
+            .arg(common::libcuhook())
+            .arg("--bin")
+            .arg(env!("CARGO_BIN_EXE_cuhook")),
     );
     let root = stage.join("opt/cuhook");
+    assert!(root.join("bin/cuhook").is_file());
     let pc = std::fs::read_to_string(root.join("lib/pkgconfig/cuhook.pc")).unwrap();
     assert!(pc.contains("prefix=/opt/cuhook\n"), "{pc}");
     // Built as a packager would, through the sysroot the staged tree stands for.
@@ -114,7 +116,147 @@ fn staged_install_names_the_final_prefix() {
         "{flags:?}"
     );
     run_hello(&exe, &root.join("lib"));
-    let _ = std::fs::remove_dir_all(&stage);
+}
+
+/// Section headers of an ELF file (`readelf -S`, which reads any machine's ELF).
+fn sections(file: &Path) -> String {
+    let out = common::output_ok(Command::new("readelf").arg("-SW").arg(file));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The installed library and command are stripped (before: the 19 MB build, debug info and
+/// all), and still work: the library keeps its dynamic symbols and its cuhook note.
+#[test]
+fn installed_library_and_command_are_stripped() {
+    let prefix = common::installed_c_prefix();
+    let lib = prefix.join(format!("lib/libcuhook.so.{}", env!("CARGO_PKG_VERSION")));
+    for file in [&lib, &prefix.join("bin/cuhook")] {
+        let s = sections(file);
+        assert!(
+            !s.contains(".debug_info") && !s.contains(" .symtab"),
+            "{}:\n{s}",
+            file.display()
+        );
+        let size = std::fs::metadata(file).unwrap().len();
+        assert!(size < 8 << 20, "{}: {size} bytes", file.display());
+    }
+    let built = std::fs::metadata(common::libcuhook()).unwrap().len();
+    let installed = std::fs::metadata(&lib).unwrap().len();
+    assert!(
+        installed * 4 < built,
+        "{installed} bytes installed of {built} built"
+    );
+    assert!(sections(&lib).contains(".dynsym"));
+    // program_built_with_only_pkg_config_flags_runs and the C examples link and run it.
+}
+
+/// `--debug-info` keeps the debug information beside the stripped files, linked by
+/// `.gnu_debuglink` where gdb looks for it.
+#[test]
+fn debug_info_is_installed_separately_when_asked() {
+    let prefix = common::scratch("prefix-debug");
+    common::output_ok(common::install_command(&prefix).arg("--debug-info"));
+    let name = format!("libcuhook.so.{}", env!("CARGO_PKG_VERSION"));
+    for (file, debug) in [
+        (
+            prefix.join("lib").join(&name),
+            prefix.join("lib/.debug").join(format!("{name}.debug")),
+        ),
+        (
+            prefix.join("bin/cuhook"),
+            prefix.join("bin/.debug/cuhook.debug"),
+        ),
+    ] {
+        let s = sections(&file);
+        assert!(
+            !s.contains(".debug_info") && s.contains(".gnu_debuglink"),
+            "{s}"
+        );
+        assert!(
+            sections(&debug).contains(".debug_info"),
+            "{}",
+            debug.display()
+        );
+        let link = common::output_ok(
+            Command::new("readelf")
+                .arg("--string-dump=.gnu_debuglink")
+                .arg(&file),
+        );
+        let file_name = debug.file_name().unwrap().to_str().unwrap();
+        assert!(String::from_utf8_lossy(&link.stdout).contains(file_name));
+    }
+}
+
+/// The installed `cuhook` runs a program with no setting at all (before: no `cuhook` was
+/// installed, and a lone binary could not find its library): it finds
+/// PREFIX/lib/libcuhook.so.0. The installer said what the loader needs.
+#[test]
+fn the_installed_command_runs_a_program_with_no_setting() {
+    let prefix = common::scratch("prefix-run");
+    let out = common::output_ok(&mut common::install_command(&prefix));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("is not in the loader's search path"),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("-Wl,-rpath,{}", prefix.join("lib").display())),
+        "{said}"
+    );
+    assert!(
+        said.contains("run finds") && said.contains("by itself"),
+        "{said}"
+    );
+    let work = common::scratch("prefix-run-work");
+    let out = Command::new(prefix.join("bin/cuhook"))
+        .current_dir(&*work)
+        .env_remove("CUHOOK_LIB")
+        .env_remove("LD_PRELOAD")
+        .env_remove("CUHOOK_DISABLE")
+        .env("PATH", "/usr/bin:/bin")
+        .args(["run", "--report", "r.txt", "--"])
+        .arg(common::fixtures_dir().join("demo_rt_static"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = std::fs::read_to_string(work.join("r.txt")).unwrap();
+    assert!(
+        report.contains("Live allocations at exit: 1 (2.0 MiB)"),
+        "{report}"
+    );
+    let out = Command::new(prefix.join("bin/cuhook"))
+        .env_remove("CUHOOK_LIB")
+        .env_remove("LD_PRELOAD")
+        .args(["run", "--", "sh", "-c", "echo \"$LD_PRELOAD\""])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        prefix.join("lib/libcuhook.so.0").display().to_string()
+    );
+}
+
+/// The argument parser and the JSON reader are the binary's: the library that programs preload
+/// links neither (the binary does, which shows the check can see them).
+#[test]
+fn the_preloaded_library_links_no_command_line_crate() {
+    let symbols = |file: &Path| {
+        let out = common::output_ok(Command::new("readelf").arg("-sW").arg(file));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let lib = symbols(&common::libcuhook());
+    let bin = symbols(Path::new(env!("CARGO_BIN_EXE_cuhook")));
+    for krate in ["lexopt", "serde_json"] {
+        assert!(
+            bin.contains(krate),
+            "{krate} not seen in the binary's symbols"
+        );
+        assert!(!lib.contains(krate), "libcuhook.so links {krate}");
+    }
 }
 
 /// What `cargo publish` would upload: the library, CLI, header and the demo's C sources, and

@@ -166,25 +166,19 @@ pub fn run_fixture(program: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
     }
 }
 
-/// A prefix holding the C library as `scripts/install-c.sh` installs it (versioned
-/// `libcuhook.so.X.Y.Z` with its soname links, `include/cuhook.h`, `lib/pkgconfig/cuhook.pc`),
-/// made from this build's libcuhook.so once per test process.
+/// A prefix holding cuhook as `scripts/install-c.sh` installs it (versioned
+/// `libcuhook.so.X.Y.Z` with its soname links, `include/cuhook.h`, `lib/pkgconfig/cuhook.pc`,
+/// `bin/cuhook`), made from this build's libcuhook.so and cuhook once per test process, in the
+/// target directory's scratch space, and removed when the test process exits.
 pub fn installed_c_prefix() -> PathBuf {
     static PREFIX: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     PREFIX
         .get_or_init(|| {
             let exe = std::env::current_exe().expect("current_exe");
             let name = exe.file_name().unwrap().to_string_lossy().into_owned();
-            let prefix =
-                std::env::temp_dir().join(format!("cuhook-prefix-{name}-{}", std::process::id()));
+            let prefix = scratch_root().join(format!("prefix-{name}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&prefix);
-            let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/install-c.sh");
-            let out = Command::new("sh")
-                .arg(&script)
-                .arg("--prefix")
-                .arg(&prefix)
-                .arg("--lib")
-                .arg(libcuhook())
+            let out = install_command(&prefix)
                 .output()
                 .expect("run scripts/install-c.sh");
             assert!(
@@ -193,9 +187,42 @@ pub fn installed_c_prefix() -> PathBuf {
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
+            remove_at_exit(prefix.clone());
             prefix
         })
         .clone()
+}
+
+/// `sh scripts/install-c.sh --prefix PREFIX` with this build's library and binary.
+pub fn install_command(prefix: &std::path::Path) -> Command {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/install-c.sh");
+    let mut cmd = Command::new("sh");
+    cmd.arg(&script)
+        .arg("--prefix")
+        .arg(prefix)
+        .arg("--lib")
+        .arg(libcuhook())
+        .arg("--bin")
+        .arg(env!("CARGO_BIN_EXE_cuhook"));
+    cmd
+}
+
+/// Remove `dir` when this process exits (after the test harness has run every test).
+fn remove_at_exit(dir: PathBuf) {
+    static DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    extern "C" fn remove_all() {
+        // No panic may leave an extern "C" function: errors are ignored, a poisoned lock read.
+        let dirs = DIRS.lock().unwrap_or_else(|e| e.into_inner());
+        for d in dirs.iter() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+    let mut dirs = DIRS.lock().unwrap_or_else(|e| e.into_inner());
+    if dirs.is_empty() {
+        // SAFETY: registering a function that takes and returns nothing.
+        unsafe { libc::atexit(remove_all) };
+    }
+    dirs.push(dir);
 }
 
 /// `pkg-config --cflags --libs cuhook` against the tree of [`installed_c_prefix`], split into
@@ -234,12 +261,57 @@ pub fn cuhook_command() -> Command {
     cmd
 }
 
-/// A fresh, empty directory for one test's files.
+/// Where the tests' scratch directories go: the target directory's scratch space, not `/tmp`
+/// (`.ci/run` fails when a test run leaves `cuhook*` entries in `/tmp`).
+pub fn scratch_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+}
+
+/// A fresh, empty directory for one test's files (the caller removes it; see [`scratch`] for
+/// one that removes itself).
 pub fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("cuhook-{name}-{}", std::process::id()));
+    let dir = scratch_root().join(format!("cuhook-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create a scratch directory");
     dir
+}
+
+/// A scratch directory removed when dropped — kept, and named on stderr, when the test is
+/// failing (panicking), for a look at what it left.
+pub struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for Scratch {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept for a look: {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// [`scratch_dir`] that removes itself.
+pub fn scratch(name: &str) -> Scratch {
+    Scratch(scratch_dir(name))
 }
 
 /// Run `cmd` to completion; panic with its stderr unless it exited 0.

@@ -2,14 +2,21 @@
 
 use std::ffi::OsString;
 
-pub fn main(args: &[OsString]) -> i32 {
-    if super::wants_help(args) {
-        println!("Usage: cuhook symbols\n\nLists every hooked symbol (each exported variant is its own hook), its group, and\nthe base name callers pass to cuGetProcAddress.");
-        return 0;
-    }
-    if let Some(a) = args.first() {
-        eprintln!("cuhook symbols: unexpected argument {a:?}");
-        return super::USAGE_ERROR;
+const HELP: &str = "\
+Usage: cuhook symbols
+
+Lists every hooked symbol (each exported variant is its own hook), its group, and the base
+name callers pass to cuGetProcAddress.
+";
+
+pub fn main(args: Vec<OsString>) -> i32 {
+    match super::args::only_help(args) {
+        Ok(true) => {
+            print!("{HELP}");
+            return 0;
+        }
+        Ok(false) => {}
+        Err(e) => return super::args::usage_error("cuhook", "symbols", e),
     }
     println!("{:<34} {:<24} base name", "symbol", "group");
     for h in cuhook::cuda::HOOKS {

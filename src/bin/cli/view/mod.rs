@@ -33,33 +33,24 @@ struct Options {
     traces: Vec<PathBuf>,
 }
 
-fn parse(args: &[OsString]) -> Result<Options, String> {
+/// `None` when `--help` was asked for.
+fn parse(args: Vec<OsString>) -> Result<Option<Options>, lexopt::Error> {
+    use lexopt::prelude::*;
     let mut output = PathBuf::from("memory.html");
     let mut traces = Vec::new();
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].to_str() {
-            Some("-o" | "--output") => {
-                output = args
-                    .get(i + 1)
-                    .ok_or("-o needs a file name")?
-                    .clone()
-                    .into();
-                i += 2;
-            }
-            Some(s) if s.starts_with('-') && s.len() > 1 => {
-                return Err(format!("unknown option `{s}`"))
-            }
-            _ => {
-                traces.push(args[i].clone().into());
-                i += 1;
-            }
+    let mut p = lexopt::Parser::from_args(args);
+    while let Some(arg) = p.next()? {
+        match arg {
+            Short('o') | Long("output") => output = p.value()?.into(),
+            Short('h') | Long("help") => return Ok(None),
+            Value(t) => traces.push(t.into()),
+            other => return Err(other.unexpected()),
         }
     }
     if traces.is_empty() {
-        return Err("no trace file given".to_owned());
+        return Err("no trace file given".into());
     }
-    Ok(Options { output, traces })
+    Ok(Some(Options { output, traces }))
 }
 
 /// Sort key that orders `t.2.jsonl` before `t.10.jsonl` (lanes in rank order).
@@ -83,50 +74,64 @@ fn natural_key(name: &str) -> Vec<(String, u64)> {
     key
 }
 
-/// The page for `traces` (name, reader).
-fn page<R: std::io::BufRead>(traces: Vec<(String, R)>) -> std::io::Result<String> {
-    let data = json::model(&model::build(traces)?);
-    Ok(PAGE
-        .replacen("/*CUHOOK_SCRIPT*/", SCRIPT, 1)
-        .replacen("/*CUHOOK_DATA*/", &data, 1))
+/// The page for a model.
+fn page(model: &model::Model) -> String {
+    let data = json::model(model);
+    PAGE.replacen("/*CUHOOK_SCRIPT*/", SCRIPT, 1)
+        .replacen("/*CUHOOK_DATA*/", &data, 1)
 }
 
-pub fn main(args: &[OsString]) -> i32 {
-    if super::wants_help(args) {
-        print!("{HELP}");
-        return 0;
-    }
-    let mut opts = match parse(args) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("cuhook view: {e}. Try `cuhook view --help`.");
-            return super::USAGE_ERROR;
-        }
-    };
-    opts.traces
-        .sort_by_cached_key(|p| natural_key(&p.to_string_lossy()));
+/// Open every trace (sorted so that lanes come in rank order) and read it into the model,
+/// saying on stderr what could not be read. `Err` holds the message of a failure that leaves
+/// nothing to show: a file that cannot be read, or no event in any of them.
+pub fn read_traces(program: &str, mut paths: Vec<PathBuf>) -> Result<model::Model, String> {
+    paths.sort_by_cached_key(|p| natural_key(&p.to_string_lossy()));
     let mut traces = Vec::new();
-    for path in &opts.traces {
+    for path in &paths {
         match std::fs::File::open(path) {
             Ok(f) => traces.push((
                 path.display().to_string(),
                 std::io::BufReader::with_capacity(1 << 20, f),
             )),
-            Err(e) => {
-                eprintln!("cuhook view: cannot read {}: {e}", path.display());
-                return 1;
-            }
+            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
         }
     }
-    let count = traces.len();
-    let html = match page(traces) {
-        Ok(h) => h,
+    let model = model::build(traces).map_err(|e| format!("cannot read a trace: {e}"))?;
+    for (name, tally) in &model.tallies {
+        if let Some(problem) = tally.problem() {
+            eprintln!("{program}: {name}: {problem}");
+        }
+    }
+    if model.tallies.iter().all(|(_, t)| t.events == 0) {
+        let names: Vec<String> = model.tallies.iter().map(|(n, _)| n.clone()).collect();
+        return Err(crate::cli::reader::no_event_in(&names));
+    }
+    for (name, tally) in &model.tallies {
+        if tally.events == 0 && tally.lines == 0 {
+            eprintln!("{program}: {name}: empty (no CUDA allocation or free was traced)");
+        }
+    }
+    Ok(model)
+}
+
+pub fn main(args: Vec<OsString>) -> i32 {
+    let opts = match parse(args) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            print!("{HELP}");
+            return 0;
+        }
+        Err(e) => return super::args::usage_error("cuhook", "view", e),
+    };
+    let model = match read_traces("cuhook view", opts.traces) {
+        Ok(m) => m,
         Err(e) => {
-            eprintln!("cuhook view: cannot read a trace: {e}");
+            eprintln!("cuhook view: {e}; no page written.");
             return 1;
         }
     };
-    if let Err(e) = std::fs::write(&opts.output, html) {
+    let count = model.tallies.len();
+    if let Err(e) = std::fs::write(&opts.output, page(&model)) {
         eprintln!("cuhook view: cannot write {}: {e}", opts.output.display());
         return 1;
     }
@@ -145,23 +150,33 @@ mod tests {
 
     #[test]
     fn options_and_lane_order() {
-        let o = parse(&[
+        let o = parse(vec![
             "-o".into(),
             "m.html".into(),
             "t.10.jsonl".into(),
             "t.2.jsonl".into(),
         ])
+        .unwrap()
         .unwrap();
         assert_eq!(o.output, PathBuf::from("m.html"));
         assert_eq!(o.traces.len(), 2);
-        assert_eq!(parse(&[]).unwrap_err(), "no trace file given");
+        let o = parse(vec!["--output=n.html".into(), "t.jsonl".into()])
+            .unwrap()
+            .unwrap();
+        assert_eq!(o.output, PathBuf::from("n.html"));
+        assert_eq!(
+            super::super::args::explain(parse(vec![]).unwrap_err()),
+            "no trace file given"
+        );
         assert!(natural_key("t.2.jsonl") < natural_key("t.10.jsonl"));
         assert!(natural_key("a/t.9.jsonl") < natural_key("b/t.1.jsonl"));
     }
 
     #[test]
     fn the_page_is_self_contained() {
-        let html = page(vec![("x</script>.jsonl".to_owned(), &b""[..])]).unwrap();
+        let line = r#"{"event":"alloc","api":"cudaMalloc","address":"0x10","size":1}"#;
+        let model = model::build(vec![("x</script>.jsonl".to_owned(), line.as_bytes())]).unwrap();
+        let html = page(&model);
         assert!(!html.contains("/*CUHOOK_DATA*/") && !html.contains("/*CUHOOK_SCRIPT*/"));
         // One closing tag per script element: no name can end one early.
         assert_eq!(html.matches("</script>").count(), 2);

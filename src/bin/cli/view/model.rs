@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::io::BufRead;
 
 use cuhook::events::{EventKind, MemType};
-use cuhook::report::replay::{parse_line, Replay, SeriesKey};
+use cuhook::report::replay::{Replay, SeriesKey};
+
+use crate::cli::reader::{self, Tally};
 
 /// Buckets across the time axis (about one per pixel of the chart).
 pub const BUCKETS: usize = 1200;
@@ -95,42 +97,32 @@ pub struct Model {
     pub apis: Vec<String>,
     /// The time view exists only when every event carried a time.
     pub views: Vec<View>,
+    /// Per trace (in lane order): its name and what reading it found.
+    pub tallies: Vec<(String, Tally)>,
 }
 
 struct Parsed {
     name: String,
     points: Vec<Point>,
     series: Vec<SeriesKey>,
-    skipped: u64,
+    tally: Tally,
     summary: String,
     timed: bool,
 }
 
 fn parse(
     name: &str,
-    mut input: impl BufRead,
+    input: impl BufRead,
     apis: &mut Vec<String>,
     api_index: &mut HashMap<String, usize>,
 ) -> std::io::Result<Parsed> {
     let mut replay = Replay::new();
     let mut series: Vec<SeriesKey> = Vec::new();
     let mut points = Vec::new();
-    let mut skipped = 0;
     let mut timed = true;
     let mut last_t = 0;
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        if input.read_until(b'\n', &mut buf)? == 0 {
-            break;
-        }
-        let line = String::from_utf8_lossy(&buf);
-        let line = line.trim_end();
-        let Some(ev) = parse_line(line) else {
-            skipped += u64::from(!line.trim().is_empty());
-            continue;
-        };
-        let (key, live) = replay.apply(&ev);
+    let tally = reader::read(input, |ev| {
+        let (key, live) = replay.apply(ev);
         let s = match series.iter().position(|k| *k == key) {
             Some(i) => i,
             None => {
@@ -162,14 +154,14 @@ fn parse(
             series: s,
             live,
         });
-    }
+    })?;
     let mut summary = String::new();
     replay.summary().write(&mut summary);
     Ok(Parsed {
         name: name.to_owned(),
         points,
         series,
-        skipped,
+        tally,
         summary,
         timed,
     })
@@ -257,7 +249,7 @@ fn lane(p: &Parsed, axis: Axis, t0: u64, span: u64) -> Lane {
     Lane {
         name: p.name.clone(),
         events: p.points.len() as u64,
-        skipped: p.skipped,
+        skipped: p.tally.unreadable,
         series,
         buckets,
         largest,
@@ -309,7 +301,15 @@ pub fn build<R: BufRead>(traces: Vec<(String, R)>) -> std::io::Result<Model> {
         t0: 0,
         span,
     });
-    Ok(Model { apis, views })
+    let tallies = parsed
+        .iter()
+        .map(|p| (p.name.clone(), p.tally.clone()))
+        .collect();
+    Ok(Model {
+        apis,
+        views,
+        tallies,
+    })
 }
 
 #[cfg(test)]
