@@ -209,3 +209,37 @@ fn report_and_trace_paths_that_are_symlinks_are_not_followed() {
     assert!(wait_or_kill(&mut child).expect("host hung").success());
     assert_eq!(fs::read_to_string(&trace).unwrap().lines().count(), 6);
 }
+
+/// A trace whose last writer stopped mid-line (an `execve` on another thread of that process
+/// cut its `write` short, and the new image appends to the same trace): the next writer starts
+/// on a new line, so the torn fragment is one unreadable line and every event of the new
+/// process reads back. (Before, its first event was glued to the fragment and lost.)
+#[test]
+fn a_trace_left_mid_line_gets_its_next_event_on_a_new_line() {
+    let dir = scratch("torn");
+    let trace = dir.join("t.jsonl");
+    let fragment = "{\"event\":\"alloc\",\"api\":\"cuMemAll";
+    fs::write(&trace, fragment).unwrap();
+    let mut child = spawn_host(&["wait", "3"], &[("CUHOOK_TRACE", &trace)]);
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    assert!(wait_or_kill(&mut child).expect("host hung").success());
+    let text = fs::read_to_string(&trace).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.first(), Some(&fragment), "{text}");
+    let events = &lines[1..];
+    assert_eq!(events.len(), 6, "{text}");
+    assert!(
+        events
+            .iter()
+            .all(|l| l.starts_with("{\"event\":") && l.ends_with('}')),
+        "{text}"
+    );
+    // A file that ends with a newline gets none added.
+    let before = text.len();
+    let mut child = spawn_host(&["wait", "3"], &[("CUHOOK_TRACE", &trace)]);
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    assert!(wait_or_kill(&mut child).expect("host hung").success());
+    let text = fs::read_to_string(&trace).unwrap();
+    assert!(!text[before..].starts_with('\n'), "a blank line was added");
+    assert_eq!(text.lines().count(), 13);
+}

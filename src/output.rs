@@ -217,6 +217,40 @@ impl OutputFile {
         }
     }
 
+    /// Whether this is a regular file whose last byte is not a newline: its last writer stopped
+    /// mid-line (an `execve` on another thread of that process ends a `write` at a page
+    /// boundary). `path` is what it was opened by: a write-only descriptor cannot be read, so the
+    /// path is opened again (read-only, not through a symlink) and checked to be the same file.
+    pub fn ends_mid_line(&self, path: &OsStr) -> bool {
+        let Some(st) = stat(self.fd) else {
+            return false;
+        };
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_size <= 0 {
+            return false;
+        }
+        let mut bytes = path.as_bytes().to_vec();
+        bytes.push(0);
+        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
+        // SAFETY: NUL-terminated path.
+        let fd = unsafe { libc::open(bytes.as_ptr().cast(), flags) };
+        if fd < 0 {
+            return false;
+        }
+        let mut last = [b'\n'];
+        let same = stat(fd).is_some_and(|s| s.st_dev == self.dev && s.st_ino == self.ino);
+        // SAFETY: one byte into our buffer from our own descriptor, which is then closed.
+        let read = unsafe {
+            let n = if same {
+                libc::pread(fd, last.as_mut_ptr().cast(), 1, st.st_size - 1)
+            } else {
+                0
+            };
+            libc::close(fd);
+            n
+        };
+        read == 1 && last[0] != b'\n'
+    }
+
     /// Write `bytes` if the descriptor still names the file we opened. A host may still swap
     /// the file between the check and the write (a window of one system call); it cannot
     /// make us write into a file it opened before the check.

@@ -23,7 +23,13 @@ static STOP_WARNED: AtomicBool = AtomicBool::new(false);
 /// [`OutputFile::open`] for what is refused (symlinks, a FIFO without reader).
 pub fn open(path: &OsStr) -> std::io::Result<()> {
     let path = super::expand_path(path);
-    let file = Box::into_raw(Box::new(OutputFile::open(&path, Mode::Append)?));
+    let file = OutputFile::open(&path, Mode::Append)?;
+    // A previous writer (this program's image before an `execve`, another process) stopped
+    // mid-line: start on a new line, so that our first event is not glued to its fragment.
+    if file.ends_mid_line(&path) {
+        let _ = file.write(b"\n", 0);
+    }
+    let file = Box::into_raw(Box::new(file));
     FILE.store(file, Ordering::Release);
     Ok(())
 }
