@@ -9,14 +9,9 @@
 //! the registry and that it saw eight alloc and eight free events. One line per check
 //! (`check NAME ok|FAIL detail`), then `cudarc example: N passed, M failed`; exit 1 on a failure.
 //!
-//! On the fake driver of the tests (`cargo build --examples` also builds the C fixtures, into
-//! `target/release/build/cuhook-fixtures-*/out/fixtures`; hook-tests/examples.rs runs it so):
-//!
-//! ```sh
-//! cargo build --release --examples && LD_LIBRARY_PATH=$(dirname $(ls -t target/release/build/cuhook-fixtures-*/out/fixtures/libcuda.so.1 | head -1)) target/release/examples/cudarc
-//! ```
-//!
-//! On a machine with a GPU: `cargo build --release --examples && target/release/examples/cudarc`.
+//! Run it, with no GPU, on cuhook's fake driver: `scripts/run-example.sh cudarc`. On a machine
+//! with a GPU: `cargo run --release --example cudarc`. (The test suite runs it both ways:
+//! hook-tests/examples.rs.)
 //!
 //! cudarc's `dlopen`/`dlsym` calls are made from this executable, the very object cuhook is
 //! linked into: cuhook patches that object like any other (only `libcuhook.so` itself is

@@ -5,9 +5,10 @@
 //! drops the registration before the driver releases the memory, so an allocation that later
 //! gets the same address is never sent through a stale registration.
 //!
-//! Run it on a machine with CUDA (`CUDART=libcudart.so.12 cargo run --release --example
-//! regcache` for a CUDA 12 runtime), or on the fake driver of the tests:
-//! `LD_LIBRARY_PATH=<fixtures dir> target/release/examples/regcache` (hook-tests/examples.rs).
+//! Run it, with no GPU, on cuhook's fake driver: `scripts/run-example.sh regcache`. On a machine
+//! with CUDA 13: `cargo run --release --example regcache` (another runtime:
+//! `CUDART=libcudart.so.12 cargo run --release --example regcache`). The test suite runs it
+//! (hook-tests/examples.rs).
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CStr, CString};

@@ -224,3 +224,72 @@ fn python_leak_hunt_finds_one_buffer_per_step() {
         "{fixed}"
     );
 }
+
+/// `scripts/run-example.sh NAME ARGS`, the one command each example's documentation gives for
+/// a machine without a GPU, on this build (`CUHOOK_PREBUILT`: no cargo inside the test), its
+/// files in `out`.
+fn run_example_script(name: &str, args: &[&str], out: &Path) -> common::Run {
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().and_then(Path::parent).unwrap();
+    run(Command::new("sh")
+        .arg(root().join("scripts/run-example.sh"))
+        .arg(name)
+        .args(args)
+        .env("CUHOOK_PREBUILT", profile)
+        .env("CUHOOK_EXAMPLE_OUT", out)
+        .env("CC", cuhook_fixtures::CC)
+        .env_remove("CUHOOK_DISABLE")
+        .env_remove("CUHOOK_LIB")
+        .env_remove("LD_PRELOAD"))
+}
+
+/// Each example runs with the one command its documentation gives (before: regcache.c failed
+/// with "cuda.h: No such file", the Rust example with "cannot load libcudart.so.13", the leak
+/// hunt needed `CUDART=`).
+#[test]
+fn every_example_runs_with_the_one_command_its_doc_gives() {
+    if cuhook_fixtures::skip_when_cross(
+        "the script builds the fake driver for this machine and runs python3",
+    ) {
+        return;
+    }
+    for file in [
+        "examples/regcache/regcache.c",
+        "examples/regcache.rs",
+        "examples/cudarc.rs",
+        "examples/leak-hunt/README.md",
+    ] {
+        let text = std::fs::read_to_string(root().join(file)).unwrap();
+        assert!(
+            text.contains("scripts/run-example.sh "),
+            "{file} does not give the command"
+        );
+    }
+    let out = common::scratch("example-script");
+    for (name, dir) in [("regcache-c", "c"), ("regcache", "rust")] {
+        let r = run_example_script(name, &[], &out.join(dir));
+        r.assert_passed(&CACHE_CHECKS);
+        assert!(
+            r.stdout.contains("hits 1 misses 3 invalidations 3"),
+            "{name}: {}",
+            r.stdout
+        );
+    }
+    let r = run_example_script("cudarc", &[], &out.join("cudarc"));
+    assert!(
+        r.status.success() && r.stdout.contains("cudarc example: 13 passed, 0 failed"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    let leak = out.join("leak");
+    let r = run_example_script("leak-hunt", &["--steps", "4"], &leak);
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    let report = std::fs::read_to_string(leak.join("leak.txt")).unwrap();
+    assert!(
+        report.contains("Live allocations at exit: 4 (1.0 MiB)"),
+        "{report}"
+    );
+    let page = std::fs::read_to_string(leak.join("leak.html")).unwrap();
+    assert!(page.contains("Live allocations at exit: 4 (1.0 MiB)"));
+}

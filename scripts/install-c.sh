@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
         --debug-info) strip_mode=debug; shift; continue ;;
         --no-strip) strip_mode=none; shift; continue ;;
         -h | --help)
-            sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
+            awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
             exit 0
             ;;
         --*=*)

@@ -4,14 +4,29 @@ Each step allocates activations and gradients and frees them, and allocates a sm
 its metrics, which it keeps in a history list: the bug. (In PyTorch the same bug is keeping
 `loss` tensors in a list instead of `loss.item()`.) With --fixed, the metrics buffer is freed.
 
-It calls the CUDA runtime through ctypes, so it needs nothing but Python and libcudart
-(`$CUDART`, default libcudart.so.13; the test suite points it at cuhook's fake runtime).
+It calls the CUDA runtime through ctypes, so it needs nothing but Python and libcudart: the
+first of libcudart.so.13, .12 and libcudart.so that loads, or the one `$CUDART` names
+(`scripts/run-example.sh leak-hunt` runs it on cuhook's fake runtime).
 """
 import argparse
 import ctypes
 import os
 
-cudart = ctypes.CDLL(os.environ.get("CUDART", "libcudart.so.13"))
+
+def load_cudart():
+    names = [os.environ["CUDART"]] if os.environ.get("CUDART") else [
+        "libcudart.so.13", "libcudart.so.12", "libcudart.so"]
+    errors = []
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError as e:
+            errors.append(str(e))
+    raise SystemExit("leaky.py: cannot load the CUDA runtime (" + "; ".join(errors)
+                     + "): set CUDART=/path/to/libcudart.so.N")
+
+
+cudart = load_cudart()
 cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
 cudart.cudaFree.argtypes = [ctypes.c_void_p]
 

@@ -7,9 +7,13 @@
  * a stale registration. Each registration also remembers the allocation's `seq`, which changes
  * when an address is reused: a second guard that needs no event at all.
  *
- * Build against an installed cuhook and the real CUDA driver:
- *   cc regcache.c $(pkg-config --cflags --libs cuhook) -I/usr/local/cuda/include -lcuda -lpthread
- * The test suite builds and runs it on cuhook's fake driver (hook-tests/examples.rs). */
+ * Run it, with no GPU, on cuhook's fake driver: `scripts/run-example.sh regcache-c` (it installs
+ * cuhook into target/examples-run/prefix and builds this file with pkg-config).
+ * On a machine with CUDA, against an installed cuhook (scripts/install-c.sh) and the toolkit's
+ * cuda.h (the rpath: where install-c.sh put the library, unless ldconfig knows it):
+ *   cc regcache.c $(pkg-config --cflags --libs cuhook) -I/usr/local/cuda/include -lcuda -lpthread \
+ *      -Wl,-rpath,$(pkg-config --variable=libdir cuhook) && ./a.out
+ * The test suite runs it both ways on the fake driver (hook-tests/examples.rs). */
 #include <cuda.h>
 #include <cuhook.h>
 #include <pthread.h>
