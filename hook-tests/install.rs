@@ -299,3 +299,101 @@ fn crate_package_ships_no_test_fixtures() {
         );
     }
 }
+
+/// The first ```LANG block of README.md after the line `heading`.
+fn readme_block(heading: &str, lang: &str) -> String {
+    let readme =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    let after = &readme[readme
+        .find(heading)
+        .unwrap_or_else(|| panic!("{heading} not in README.md"))..];
+    let fence = format!("```{lang}\n");
+    let start = after
+        .find(&fence)
+        .unwrap_or_else(|| panic!("no {lang} block after {heading}"))
+        + fence.len();
+    after[start..start + after[start..].find("```").unwrap()].to_owned()
+}
+
+/// The README's quick start, run as written (in a fresh HOME, `./my_cuda_app` a fake-driver
+/// program, `CUHOOK_PREBUILT` so that the install takes this build instead of running cargo),
+/// then its `cuhook view` / `cuhook export` lines: the user's path works end to end.
+#[test]
+fn the_readme_quick_start_runs_as_written() {
+    if cuhook_fixtures::skip_when_cross("the quick start is this machine's") {
+        return;
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let quick = readme_block("## Quick start", "sh");
+    assert!(
+        quick.contains("scripts/install-c.sh --prefix ~/.local"),
+        "{quick}"
+    );
+    let script = quick.replace(
+        "scripts/install-c.sh",
+        &root.join("scripts/install-c.sh").display().to_string(),
+    );
+    let see = readme_block("### See it", "sh");
+    let home = common::scratch("readme-home");
+    let work = common::scratch("readme-work");
+    std::os::unix::fs::symlink(
+        common::fixtures_dir().join("demo_rt_static"),
+        work.join("my_cuda_app"),
+    )
+    .unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().and_then(Path::parent).unwrap();
+    for (what, text) in [
+        ("quick start", script.as_str()),
+        ("see it", &format!("export PATH=~/.local/bin:$PATH\n{see}")),
+    ] {
+        let out = Command::new("sh")
+            .args(["-e", "-c", text])
+            .current_dir(&*work)
+            .env("HOME", &*home)
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("CC", cuhook_fixtures::CC)
+            .env("CUHOOK_PREBUILT", profile)
+            .env_remove("CUHOOK_LIB")
+            .env_remove("LD_PRELOAD")
+            .env_remove("CUHOOK_DISABLE")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{what}:\n{text}\n--- stdout\n{}\n--- stderr\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(home.join(".local/bin/cuhook").is_file());
+    assert!(home.join(".local/lib/libcuhook.so.0").exists());
+    let page = std::fs::read_to_string(work.join("demo/memory.html")).unwrap();
+    assert!(page.contains("demo_rt_shared.jsonl"));
+    let report = std::fs::read_to_string(work.join("r.txt")).unwrap();
+    assert!(
+        report.contains("Live allocations at exit: 1 (2.0 MiB)"),
+        "{report}"
+    );
+    assert!(work.join("memory.html").is_file() && work.join("t.json").is_file());
+}
+
+/// The README's C snippet compiles against the installed header, warnings as errors.
+#[test]
+fn the_readme_c_snippet_compiles() {
+    let dir = common::scratch("readme-c");
+    let src = dir.join("snippet.c");
+    std::fs::write(&src, readme_block("## C API", "c")).unwrap();
+    let status = cuhook_fixtures::cc()
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-o"])
+        .arg(dir.join("snippet.o"))
+        .arg(&src)
+        .arg(format!(
+            "-I{}",
+            common::installed_c_prefix().join("include").display()
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success(), "the README's C snippet does not compile");
+}

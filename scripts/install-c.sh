@@ -12,8 +12,10 @@
 #   --libdir      default PREFIX/lib;  --bindir  default PREFIX/bin;
 #   --includedir  default PREFIX/include
 #   --destdir     stage everything under DIR (packaging); cuhook.pc still names PREFIX
-#   --lib, --bin  the libcuhook.so and cuhook to install (default: target/release/, built with
-#                 `cargo build --release` when missing)
+#   --lib, --bin  the libcuhook.so and cuhook to install (default: target/release/, after a
+#                 `cargo build --release`; with CUHOOK_PREBUILT=DIR, a cargo profile directory
+#                 already built, nothing is built: DIR/cuhook and the newer of DIR/libcuhook.so
+#                 and DIR/deps/libcuhook.so)
 #   --no-cli      install the C library only
 #   --debug-info  also install the debug information, as LIBDIR/.debug/*.debug and
 #                 BINDIR/.debug/cuhook.debug (gdb finds them through a .gnu_debuglink)
@@ -71,18 +73,28 @@ libdir=${libdir:-$prefix/lib}
 bindir=${bindir:-$prefix/bin}
 includedir=${includedir:-$prefix/include}
 
-build=
-if [ -z "$lib" ]; then
-    lib=$root/target/release/libcuhook.so
-    [ -f "$lib" ] || build=yes
-fi
-if [ "$cli" = yes ] && [ -z "$bin" ]; then
-    bin=$root/target/release/cuhook
-    [ -f "$bin" ] || build=yes
-fi
-if [ -n "$build" ]; then
-    echo "install-c.sh: building with cargo build --release" >&2
-    (cd "$root" && cargo build --release)
+if [ -z "$lib" ] || { [ "$cli" = yes ] && [ -z "$bin" ]; }; then
+    if [ -n "${CUHOOK_PREBUILT:-}" ]; then
+        profile=$CUHOOK_PREBUILT
+    else
+        command -v cargo >/dev/null 2>&1 || {
+            echo "install-c.sh: cargo not found: install Rust, or name what to install with --lib and --bin" >&2
+            exit 1
+        }
+        echo "install-c.sh: cargo build --release" >&2
+        (cd "$root" && cargo build --release)
+        profile=$root/target/release
+    fi
+    if [ -z "$lib" ]; then
+        # cargo test refreshes only deps/libcuhook.so: the newer one is the last build's.
+        lib=$profile/libcuhook.so
+        if [ -f "$profile/deps/libcuhook.so" ] && { [ ! -f "$lib" ] || [ "$profile/deps/libcuhook.so" -nt "$lib" ]; }; then
+            lib=$profile/deps/libcuhook.so
+        fi
+    fi
+    if [ "$cli" = yes ] && [ -z "$bin" ]; then
+        bin=$profile/cuhook
+    fi
 fi
 [ -f "$lib" ] || { echo "install-c.sh: $lib does not exist" >&2; exit 1; }
 if [ "$cli" = yes ]; then

@@ -72,3 +72,9 @@ pub use api::{
     Installation, Subscription,
 };
 pub use error::{Error, Result};
+
+/// The README's Rust snippets, compiled as doc-tests (its shell and C snippets are run and
+/// compiled by hook-tests/install.rs).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
