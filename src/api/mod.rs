@@ -117,7 +117,7 @@ fn lookup_at(address: usize, len: usize) -> Option<Allocation> {
 
 /// [`lookup_at`] inlined (the C API's `cuhook_lookup`): the registry's lookup against its
 /// static when this copy serves the process.
-#[inline]
+#[inline(always)]
 pub(crate) fn lookup_in(address: usize, len: usize) -> Option<Allocation> {
     match instance::route_quick() {
         Route::Own if len == 0 => registry::hot().lookup(address),
