@@ -439,3 +439,93 @@ fn perfetto_export_has_counters_and_one_closed_slice_per_allocation() {
         .collect();
     assert_eq!(names, ["t.jsonl", "other.jsonl"]);
 }
+
+/// Tick labels as numbers ("20 MiB" → 20, "1,000" → 1000, "0" → 0), and whether they step by
+/// one round amount (1, 2 or 5 times a power of ten) from a multiple of it.
+fn round_ticks(labels: &str) -> bool {
+    let values: Vec<f64> = labels
+        .split(", ")
+        .map(|l| {
+            l.split(' ')
+                .next()
+                .unwrap()
+                .replace(',', "")
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    if values.len() < 2 {
+        return false;
+    }
+    let step = values[1] - values[0];
+    let power = 10f64.powf(step.log10().floor());
+    let mantissa = (step / power).round();
+    [1.0, 2.0, 5.0].contains(&mantissa)
+        && (step / power - mantissa).abs() < 1e-6
+        && values
+            .windows(2)
+            .all(|w| ((w[1] - w[0]) - step).abs() < step * 1e-6)
+        && ((values[0] / step) - (values[0] / step).round()).abs() < 1e-6
+}
+
+/// The value of attribute `name` of the first element that has it, in a rendered DOM.
+fn attribute<'a>(dom: &'a str, name: &str) -> &'a str {
+    let start = dom
+        .find(&format!("{name}=\""))
+        .unwrap_or_else(|| panic!("no {name}"))
+        + name.len()
+        + 2;
+    &dom[start..start + dom[start..].find('"').unwrap()]
+}
+
+/// The viewer zooms (here through the URL, `zoom=LO-HI`, which the wheel and drag handlers
+/// write as they go), labels its axes with round values, and shows the largest event's
+/// allocation with its lifetime (before: five evenly split, unround ticks, no zoom, no
+/// lifetime).
+#[test]
+fn the_page_zooms_labels_round_ticks_and_shows_lifetimes() {
+    let dir = common::scratch("view-zoom");
+    traced(&dir, "demo_rt_shared");
+    let page = view(&dir, &[dir.join("t.jsonl")]);
+    let whole = render(&dir, &url(&page, ""));
+    assert!(
+        whole.contains("the whole run (wheel over a chart zooms"),
+        "{whole}"
+    );
+    assert_eq!(attribute(&whole, "data-hi"), "1200");
+    for ticks in ["data-xticks", "data-yticks"] {
+        assert!(
+            round_ticks(attribute(&whole, ticks)),
+            "{ticks}: {}",
+            attribute(&whole, ticks)
+        );
+    }
+    let zoomed = render(&dir, &url(&page, "#zoom=300-900&bucket=0"));
+    assert_eq!(
+        (attribute(&zoomed, "data-lo"), attribute(&zoomed, "data-hi")),
+        ("300", "900")
+    );
+    assert!(
+        zoomed.contains("zoomed to ") && zoomed.contains("(2.0×; double-click resets)"),
+        "{zoomed}"
+    );
+    let x = attribute(&zoomed, "data-xticks");
+    assert!(
+        round_ticks(x) && x != attribute(&whole, "data-xticks"),
+        "{x}"
+    );
+    // Bucket 0 holds the first allocation (cudaMalloc 32 MiB, freed later in the run).
+    let pinned = &zoomed[zoomed.find("class=\"pinned\"").unwrap()..];
+    let life = pinned
+        .lines()
+        .find(|l| l.starts_with("  freed at "))
+        .unwrap_or_else(|| panic!("{pinned}"));
+    assert!(life.contains(", lived "), "{life}");
+    // By event order, the ticks are whole event numbers.
+    let order = render(&dir, &url(&page, "#order"));
+    let x = attribute(&order, "data-xticks");
+    assert!(
+        round_ticks(x) && !x.contains('.') && !x.contains(" ms"),
+        "{x}"
+    );
+}

@@ -93,9 +93,10 @@ fn lane(l: &Lane) -> String {
         match b {
             None => o.push_str("null"),
             Some(e) => {
+                let other = e.other_x.map_or("null".to_owned(), |x| x.to_string());
                 let _ = write!(
                     o,
-                    "[{},{},{},\"{:#x}\",{},{}]",
+                    "[{},{},{},\"{:#x}\",{},{},{other}]",
                     u8::from(e.alloc),
                     e.api,
                     e.size,

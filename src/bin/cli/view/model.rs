@@ -58,6 +58,10 @@ pub struct Largest {
     pub address: usize,
     pub series: usize,
     pub x: u64,
+    /// The other end of the allocation's life: for an allocation, the x of its free; for a
+    /// free, the x of its allocation; `None` when the trace does not have it (live at the
+    /// end, or allocated before the trace began).
+    pub other_x: Option<u64>,
 }
 
 /// One trace file.
@@ -188,6 +192,8 @@ fn lane(p: &Parsed, axis: Axis, t0: u64, span: u64) -> Lane {
         .collect();
     let mut buckets: Vec<Vec<ApiBucket>> = vec![Vec::new(); BUCKETS];
     let mut largest: Vec<Option<Largest>> = vec![None; BUCKETS];
+    // Live allocations by address: (x of the allocation, the bucket it is the largest of).
+    let mut open: HashMap<usize, (u64, Option<usize>)> = HashMap::new();
     for (i, pt) in p.points.iter().enumerate() {
         let x = match axis {
             Axis::Time => pt.x,
@@ -220,7 +226,21 @@ fn lane(p: &Parsed, axis: Axis, t0: u64, span: u64) -> Lane {
             row.frees += 1;
             row.free_bytes += pt.size;
         }
-        if largest[b].is_none_or(|l| pt.size > l.size) {
+        // The other end of this event's allocation, and the largest event that it ends.
+        let other_x = if alloc {
+            None
+        } else {
+            open.remove(&pt.address).map(|(ax, owner)| {
+                if let Some(l) = owner.and_then(|ob| largest[ob].as_mut()) {
+                    if l.alloc && l.address == pt.address && l.x == ax - t0 {
+                        l.other_x = Some(x - t0);
+                    }
+                }
+                ax - t0
+            })
+        };
+        let biggest = largest[b].is_none_or(|l| pt.size > l.size);
+        if biggest {
             largest[b] = Some(Largest {
                 alloc,
                 api: pt.api,
@@ -228,7 +248,11 @@ fn lane(p: &Parsed, axis: Axis, t0: u64, span: u64) -> Lane {
                 address: pt.address,
                 series: pt.series,
                 x: x - t0,
+                other_x,
             });
+        }
+        if alloc {
+            open.insert(pt.address, (x, biggest.then_some(b)));
         }
     }
     // A bucket without events of a series holds the value the series had before it.
@@ -396,6 +420,8 @@ mod tests {
         );
         let big = lane.largest[spike].unwrap();
         assert_eq!((big.size, big.address), (64 << 20, 0x9000_0000));
+        // Its life: freed 1 ns after it was made.
+        assert_eq!(big.other_x, Some(big.x + 1));
         assert!(lane.summary.contains("Calls by API:"));
         // By event order, the spike is event 10 002 of 20 002.
         let o = &model.views[1];
