@@ -110,6 +110,86 @@ int cuhook_lookup(const void *address, size_t length, cuhook_mem_info_t *info);
  * made current. Returns 0, or CUHOOK_ERR_INVALID_ARGUMENT for a NULL `info`. */
 int cuhook_classify(const void *address, cuhook_mem_info_t *info);
 
+/* ---- for language bindings (the Python package) ---------------------------------------- */
+
+/* A counted installation of the CUDA hooks: they stay until every installation (this one,
+ * the constructor's, cuhook_install's, a Rust guard's) is gone. Also starts the exit report's
+ * counters (per API; live and peak bytes), which cuhook_report and cuhook_usage read. */
+int cuhook_installation_open(uint64_t *id);
+/* Undo one cuhook_installation_open (CUHOOK_ERR_NOT_INSTALLED when none is left). */
+int cuhook_installation_close(uint64_t id);
+/* 1 when the CUDA hooks of the copy of cuhook that serves the process are installed (by
+ * anyone), else 0. */
+int cuhook_installed(void);
+
+/* The next three read this copy's own engine: when another copy serves the process (see "one
+ * engine per process" in docs/api.md) they return CUHOOK_ERR_NOT_INSTALLED; ask that copy. */
+
+/* Copy up to `capacity` live allocations, in address order, into `out` (NULL when capacity is
+ * 0); returns how many there are. */
+ptrdiff_t cuhook_live(cuhook_mem_info_t *out, size_t capacity);
+
+typedef struct cuhook_usage {
+    int mem_type;         /* CUHOOK_MEM_TYPE_* */
+    int device;           /* -1: host or unknown */
+    uint64_t live;        /* bytes live now */
+    uint64_t peak;        /* the most bytes live at once */
+} cuhook_usage_t;
+/* Live and peak bytes per memory type and device, counted from the first counted installation
+ * (or the constructor's report); copies up to `capacity` rows, returns how many there are. */
+ptrdiff_t cuhook_usage(cuhook_usage_t *out, size_t capacity);
+/* The exit report as it would be written now, NUL-terminated in `buf` (truncated to `len`
+ * bytes); returns the full length without the NUL. */
+ptrdiff_t cuhook_report(char *buf, size_t len);
+
+typedef struct cuhook_stats {
+    size_t live;              /* ranges registered now */
+    size_t live_bytes;
+    uint64_t missed_frees;    /* inserts over a live range */
+    uint64_t unknown_frees;   /* frees of pointers the registry never held */
+    uint64_t failed_frees;    /* frees announced, then refused by the driver */
+} cuhook_stats_t;
+/* The registry's counters (of the copy that serves the process). */
+int cuhook_stats(cuhook_stats_t *out);
+
+/* A trace scoped to a block: the JSON lines of CUHOOK_TRACE for every event until closed.
+ * `%p` in the path is the process id, `%r` the MPI rank; the file is appended to, never
+ * opened through a symbolic link. Does not install the hooks. */
+typedef struct cuhook_trace cuhook_trace_t;
+int cuhook_trace_open(const char *path, cuhook_trace_t **out);
+/* When it returns, no line is written any more; the file is closed. */
+int cuhook_trace_close(cuhook_trace_t *trace);
+
+/* An event queue: the subscriber that runs inside the hook copies each event into a bounded
+ * lock-free ring (no allocation, no lock, never waiting; a full ring drops the event and
+ * counts it), and a thread of the caller's pops the events outside any hook. */
+typedef struct cuhook_queue cuhook_queue_t;
+typedef struct cuhook_queued_event {
+    cuhook_mem_event_t ev;
+    int event;            /* CUHOOK_EVENT_MEM_TYPE_ALLOC or CUHOOK_EVENT_MEM_TYPE_FREE */
+    int tid;              /* the allocating (freeing) thread */
+    uint64_t time_ns;     /* wall clock, ns since the Unix epoch */
+} cuhook_queued_event_t;
+typedef struct cuhook_queue_stats {
+    uint64_t queued;      /* events put in */
+    uint64_t dropped;     /* events dropped: the queue was full */
+    uint64_t popped;      /* events taken out */
+} cuhook_queue_stats_t;
+/* `events`: CUHOOK_EVENT_MEM_TYPE_ALLOC and/or _FREE; `capacity`: 1 to 2^24 events (rounded
+ * up to a power of two). Does not install the hooks. */
+int cuhook_queue_open(int events, size_t capacity, cuhook_queue_t **out);
+/* Take up to `capacity` events, oldest first; returns how many. Waits at most `timeout_ms` for
+ * the first (0: no wait; negative: until an event or cuhook_queue_interrupt). One consumer at a
+ * time: CUHOOK_ERR_BUSY while another thread pops. */
+ptrdiff_t cuhook_queue_pop(cuhook_queue_t *queue, cuhook_queued_event_t *out, size_t capacity,
+                           int timeout_ms);
+/* Make a waiting (or the next) pop return at once. Any thread, also a signal handler. */
+int cuhook_queue_interrupt(cuhook_queue_t *queue);
+int cuhook_queue_stats(cuhook_queue_t *queue, cuhook_queue_stats_t *out);
+/* Unsubscribe, wake a waiting pop and wait for it to return, free the queue (events still in
+ * it are lost). No pop may start after this call. */
+int cuhook_queue_close(cuhook_queue_t *queue);
+
 /* ---- generic GOT/PLT hooks -------------------------------------------------------------- */
 
 /* One symbol to hook. `original` receives the real function before any slot points at

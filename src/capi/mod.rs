@@ -1,6 +1,7 @@
 //! The C API (`include/cuhook.h`): thin `extern "C"` wrappers that validate arguments, map
 //! errors to status codes and never let a panic unwind into C.
 
+mod binding_api;
 mod classify_api;
 mod cuda_api;
 mod engine_api;
