@@ -166,3 +166,166 @@ fn no_free_descriptor_degrades_to_patching_nothing() {
     drop(hooks);
     assert_eq!(free_descriptors(), 0);
 }
+
+/// The counts `libwrapper.so` printed at exit, and the exit report's rows for the driver's
+/// allocation and free (`None` where absent).
+struct Seen {
+    wrapper: Option<String>,
+    allocs: Option<String>,
+    frees: Option<String>,
+    unpatched: bool,
+}
+
+/// `app_plugin libcov_plugin.so` (a program that dlopens a plugin which allocates through its
+/// own driver imports) with `preload`.
+fn run_plugin_app(preload: &[std::path::PathBuf]) -> Seen {
+    let dir = common::fixtures_dir();
+    let preload: Vec<String> = preload.iter().map(|p| p.display().to_string()).collect();
+    let out = std::process::Command::new(dir.join("app_plugin"))
+        .arg(dir.join("libcov_plugin.so"))
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("LD_PRELOAD", preload.join(":"))
+        .env("CUHOOK_REPORT", "stderr")
+        .env_remove("CUHOOK_DISABLE")
+        .env_remove("CUHOOK_TRACE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let row = |api: &str| {
+        stderr
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(api))
+            .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+    };
+    Seen {
+        wrapper: stderr
+            .lines()
+            .find(|l| l.starts_with("wrapper: "))
+            .map(str::to_owned),
+        allocs: row("cuMemAlloc_v2"),
+        frees: row("cuMemFree_v2"),
+        unpatched: stderr.contains("left unpatched"),
+    }
+}
+
+/// Another interposer preloaded beside libcuhook.so, before or after it (a `dlopen`/`dlclose`
+/// wrapper as profilers and sandboxes have, wrapping `cuMemAlloc_v2`/`cuMemFree_v2` as quota shims
+/// do): both see every call. The wrapper counts exactly what it counts without cuhook, and
+/// cuhook's report counts exactly what it counts without the wrapper. (Before, the program's
+/// `dlopen` slot, bound to the wrapper while cuhook's lookup found the C library's, was left
+/// unpatched: the plugin was patched late and an allocation was missed.)
+#[test]
+fn another_interposer_in_either_preload_order() {
+    let wrapper = common::fixtures_dir().join("libwrapper.so");
+    let cuhook = common::libcuhook();
+    let alone = run_plugin_app(std::slice::from_ref(&wrapper));
+    let plain = run_plugin_app(std::slice::from_ref(&cuhook));
+    assert!(
+        alone.wrapper.is_some() && plain.allocs.is_some(),
+        "no counts to compare"
+    );
+    for order in [[&wrapper, &cuhook], [&cuhook, &wrapper]] {
+        let both = run_plugin_app(&[order[0].clone(), order[1].clone()]);
+        let what = format!("LD_PRELOAD order {order:?}");
+        assert_eq!(
+            both.wrapper, alone.wrapper,
+            "{what}: the wrapper's counts changed"
+        );
+        assert_eq!(both.allocs, plain.allocs, "{what}: cuhook's allocations");
+        assert_eq!(both.frees, plain.frees, "{what}: cuhook's frees");
+        assert!(!both.unpatched, "{what}: a slot was left unpatched");
+    }
+}
+
+static CHAIN_ORIGINAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static CHAIN_STORES: [std::sync::atomic::AtomicUsize; 2] =
+    [const { std::sync::atomic::AtomicUsize::new(0) }; 2];
+static CHAIN_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn call_original(store: &std::sync::atomic::AtomicUsize, x: i32) -> i32 {
+    CHAIN_CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let f = store.load(std::sync::atomic::Ordering::Acquire);
+    // SAFETY: the engine publishes only `chain_target`'s definitions (int(int)) here.
+    let f: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(f) };
+    f(x)
+}
+extern "C" fn hooked(x: i32) -> i32 {
+    call_original(&CHAIN_ORIGINAL, x)
+}
+extern "C" fn chain0(x: i32) -> i32 {
+    call_original(&CHAIN_STORES[0], x)
+}
+extern "C" fn chain1(x: i32) -> i32 {
+    call_original(&CHAIN_STORES[1], x)
+}
+
+/// One symbol bound to two definitions at once (two plugins loaded `RTLD_LOCAL`, each with its
+/// own library defining `chain_target`): with chains, both slots are patched and each call
+/// still reaches its own definition; the uninstall puts both back. Without chains, the second
+/// slot is the conflict it always was (left unpatched and reported).
+#[test]
+fn one_symbol_with_two_definitions_is_chained() {
+    if in_child("one_symbol_with_two_definitions_is_chained", &[]) {
+        return;
+    }
+    use cuhook::hooks::{Hook, HookSet};
+    type Call = extern "C" fn(i32) -> i32;
+    let dir = common::fixtures_dir();
+    let call = |lib: &str| -> Call {
+        let path = std::ffi::CString::new(dir.join(lib).to_str().unwrap()).unwrap();
+        // SAFETY: fixture plugins exporting `int chain_call(int)`.
+        unsafe {
+            let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+            assert!(!h.is_null(), "dlopen {lib}");
+            as_fn(libc::dlsym(h, c"chain_call".as_ptr()))
+        }
+    };
+    let (p1, p2) = (call("libchain_p1.so"), call("libchain_p2.so"));
+    assert_eq!((p1(3), p2(3)), (31, 32));
+    let hook = Hook::new(
+        "chain_target",
+        hooked as *const () as usize,
+        &CHAIN_ORIGINAL,
+    )
+    .unwrap();
+
+    // Without chains: one slot is patched, the other is a conflict.
+    let set = HookSet::new("unchained", vec![hook.clone()]).unwrap();
+    let installed = cuhook::hooks::install(&set).unwrap();
+    assert_eq!((p1(3), p2(3)), (31, 32));
+    assert_eq!(CHAIN_CALLS.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(cuhook::hooks::diagnostics().conflicts.len(), 1);
+    installed.uninstall().unwrap();
+
+    let chained = hook.with_chains(&[
+        (chain0 as *const () as usize, &CHAIN_STORES[0]),
+        (chain1 as *const () as usize, &CHAIN_STORES[1]),
+    ]);
+    let set = HookSet::new("chained", vec![chained]).unwrap();
+    let installed = cuhook::hooks::install(&set).unwrap();
+    let before = CHAIN_CALLS.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        (p1(3), p2(3)),
+        (31, 32),
+        "a call reached the other definition"
+    );
+    assert_eq!(
+        CHAIN_CALLS.load(std::sync::atomic::Ordering::SeqCst) - before,
+        2
+    );
+    assert!(cuhook::hooks::diagnostics().chained_slots >= 1);
+    assert_eq!(
+        cuhook::hooks::diagnostics().conflicts.len(),
+        1,
+        "no new conflict"
+    );
+    installed.uninstall().unwrap();
+    let before = CHAIN_CALLS.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!((p1(3), p2(3)), (31, 32));
+    assert_eq!(
+        CHAIN_CALLS.load(std::sync::atomic::Ordering::SeqCst),
+        before,
+        "a slot stayed patched"
+    );
+}

@@ -21,5 +21,5 @@ pub(crate) use protection::errno_of;
 pub use protection::{letters, CheckedSpan, ProtectionMap};
 pub use room::Full;
 pub use snapshot::{counters, snapshot, Counters, LoadedObject, Snapshot};
-pub use symbols::defines;
+pub use symbols::{defines, defines_unversioned};
 pub use wanted::{gnu_hash, WantedNames};

@@ -19,6 +19,26 @@ const MAX_CHAIN: usize = 1 << 20;
 /// Whether `obj` itself defines `name` (with `version`, when given) as a global or weak,
 /// non-TLS symbol.
 pub fn defines(obj: &LoadedObject, name: &str, version: Option<&str>) -> bool {
+    defines_with(obj, name, Wanted::Version(version))
+}
+
+/// Whether `obj` defines `name` without a version of its own (no version table, or the base
+/// index): a definition the loader binds a *versioned* reference to as readily as an exact one
+/// (a preloaded wrapper built without a version script takes a program's `dlopen@GLIBC_2.34`),
+/// although `dlvsym` passes it by.
+pub fn defines_unversioned(obj: &LoadedObject, name: &str) -> bool {
+    defines_with(obj, name, Wanted::Base)
+}
+
+/// Which definitions count.
+enum Wanted<'a> {
+    /// Of this version (`None`: the default one).
+    Version(Option<&'a str>),
+    /// Without a version: no version table, or the base index (0 or 1).
+    Base,
+}
+
+fn defines_with(obj: &LoadedObject, name: &str, wanted: Wanted<'_>) -> bool {
     let Ok(Some(t)) = DynamicTables::read(obj) else {
         return false;
     };
@@ -45,6 +65,10 @@ pub fn defines(obj: &LoadedObject, name: &str, version: Option<&str>) -> bool {
             return false;
         }
         let versym = t.versym_addr(index).and_then(|a| img.read::<u16>(a));
+        let version = match wanted {
+            Wanted::Base => return versym.is_none_or(|vs| vs & 0x7fff <= 1),
+            Wanted::Version(v) => v,
+        };
         match (version, versym) {
             (Some(v), Some(vs)) => versions.name_of(&img, &t, vs & 0x7fff) == Some(v.as_bytes()),
             (Some(_), None) => false,

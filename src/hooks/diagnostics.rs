@@ -84,6 +84,9 @@ pub struct Diagnostics {
     /// Objects a `dlopen` loaded that were patched directly (every hook they import already
     /// live, each slot bound to its original, bound at load time), without the batch planner.
     pub direct_patches: u64,
+    /// Slots bound to another definition than their hook's original (another interposer's) and
+    /// patched with a chain that calls what they held.
+    pub chained_slots: u64,
     /// Loader events that found the engine busy for too long and were left to the running
     /// operation's catch-up scan.
     pub deferred_scans: u64,
@@ -158,13 +161,14 @@ impl std::fmt::Display for Diagnostics {
         }
         writeln!(
             f,
-            "counters resolver_races={} rechecked_slots={} objects_indexed={} rescans={} quick_scans={} direct_patches={} deferred_scans={} pinned_by_name={} constructors_before_patch={}",
+            "counters resolver_races={} rechecked_slots={} objects_indexed={} rescans={} quick_scans={} direct_patches={} chained_slots={} deferred_scans={} pinned_by_name={} constructors_before_patch={}",
             self.resolver_races,
             self.rechecked_slots,
             self.objects_indexed,
             self.rescans,
             self.quick_scans,
             self.direct_patches,
+            self.chained_slots,
             self.deferred_scans,
             self.pinned_by_name,
             self.constructors_before_patch_total
@@ -190,6 +194,7 @@ impl Diagnostics {
             rescans: 0,
             quick_scans: 0,
             direct_patches: 0,
+            chained_slots: 0,
             deferred_scans: 0,
             pinned_by_name: 0,
         }

@@ -106,9 +106,34 @@ impl<'a> Resolver<'a> {
             let version = importer
                 .version_of(slot.address)
                 .and_then(|v| std::ffi::CString::new(v).ok());
-            self.definition(version.as_deref(), Some(at))
+            let exact = self.definition(version.as_deref(), Some(at));
+            if version.is_some() {
+                // The loader takes, for a versioned reference, the first definition of the exact
+                // version *or without a version*; `dlvsym` only the former. An earlier definer
+                // without a version (a preloaded wrapper) is what the slot will be bound to.
+                let first = self.definition(None, Some(at));
+                if first != 0 && first != exact && self.unversioned_at(first) {
+                    return first;
+                }
+            }
+            exact
         } else {
             value
         }
+    }
+
+    /// Whether the known object holding `address` defines this symbol without a version.
+    fn unversioned_at(&self, address: usize) -> bool {
+        let name = self.symbol.to_str().unwrap_or_default();
+        self.known
+            .into_iter()
+            .flat_map(|k| k.values().flatten())
+            .find(|k| k.object.contains(address))
+            .and_then(|k| {
+                crate::hooks::while_pinned(&k.object, || {
+                    crate::elf::defines_unversioned(&k.object, name)
+                })
+            })
+            .unwrap_or(false)
     }
 }

@@ -31,6 +31,17 @@ impl OriginalStore {
     }
 }
 
+/// Another way into a hook: a replacement of the same behaviour that calls an original of its
+/// own. Where an importer's slot is bound to a definition other than the hook's original (another
+/// interposer's wrapper, or the symbol version its import names while the global lookup gave
+/// another), the slot is patched with a chain set to what it held: both interposers see each
+/// call, and the uninstall puts the other's pointer back.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Chain {
+    pub(crate) replacement: usize,
+    pub(crate) original: OriginalStore,
+}
+
 /// One symbol to hook.
 #[derive(Debug, Clone)]
 pub struct Hook {
@@ -42,6 +53,8 @@ pub struct Hook {
     name: Arc<str>,
     pub(crate) replacement: usize,
     pub(crate) original: OriginalStore,
+    /// Chains for slots bound elsewhere (none for most hooks).
+    pub(crate) chains: Arc<[Chain]>,
 }
 
 impl Hook {
@@ -66,7 +79,42 @@ impl Hook {
             name: Arc::from(name),
             replacement,
             original: OriginalStore(original),
+            chains: Arc::from([]),
         })
+    }
+
+    /// Give the hook chains: (replacement, where that replacement finds its original) pairs,
+    /// each replacement behaving as the hook's own but calling the original published in its
+    /// store. A slot bound to another definition than the hook's original (another interposer's
+    /// wrapper; a library loaded `RTLD_LOCAL` with its own copy of the function) is then patched
+    /// with a free chain set to what it held, instead of being left alone as a conflict. As
+    /// many different definitions as chains can be followed at once.
+    pub fn with_chains(mut self, chains: &[(usize, &'static AtomicUsize)]) -> Hook {
+        self.chains = chains
+            .iter()
+            .map(|&(replacement, original)| Chain {
+                replacement,
+                original: OriginalStore(original),
+            })
+            .collect();
+        self
+    }
+
+    /// Whether a slot holding `value` already leads into this hook (its replacement or a chain).
+    pub(crate) fn leads_here(&self, value: usize) -> bool {
+        value == self.replacement || self.chains.iter().any(|c| c.replacement == value)
+    }
+
+    /// The replacement of the chain that calls `bound`: the one already set to it, else a free
+    /// one, set to it now (before any slot leads there). `None` when every chain calls another
+    /// definition. Called under the patch lock only.
+    pub(crate) fn chain_for(&self, bound: usize) -> Option<usize> {
+        if let Some(c) = self.chains.iter().find(|c| c.original.get() == bound) {
+            return Some(c.replacement);
+        }
+        let free = self.chains.iter().find(|c| c.original.get() == 0)?;
+        free.original.set(bound);
+        Some(free.replacement)
     }
 
     /// Like [`Hook::new`], with the original stored in a C `void *` variable.

@@ -18,14 +18,18 @@ static TABLE: spin::rwlock::RwLock<Vec<Substitution>, spin::relax::Yield> =
 
 /// Rebuild the table from the installed sets.
 pub(crate) fn publish<'a>(sets: impl Iterator<Item = &'a HookSet>) {
+    // A hook's chains too: a lookup that finds what a chained slot held (another interposer's
+    // definition) gets the chain that calls it.
     let table: Vec<Substitution> = sets
         .flat_map(|s| s.hooks.iter())
-        .filter_map(|h| {
-            let original = h.original.get();
-            (original != 0).then_some(Substitution {
-                original,
-                replacement: h.replacement,
-            })
+        .flat_map(|h| {
+            let chains = h.chains.iter().map(|c| (c.original.get(), c.replacement));
+            std::iter::once((h.original.get(), h.replacement)).chain(chains)
+        })
+        .filter(|&(original, _)| original != 0)
+        .map(|(original, replacement)| Substitution {
+            original,
+            replacement,
         })
         .collect();
     *TABLE.write() = table;

@@ -5,12 +5,12 @@
 //! and its host are one ELF object, and that object is patched like any other: its `dlopen`,
 //! `dlsym`, … slots then lead to cuhook's own interposers. cuhook's own loader calls must never
 //! take that road (a `dlsym` of a driver function would answer with our hook; a `dlopen` from
-//! inside an engine operation would start another), so they go through the addresses captured
-//! here: what the object's GOT held before the first patch, which is the definition the loader
-//! bound (another interposer's, if one comes first in the global scope, exactly as an unpatched
-//! object would call it). A value inside our own object is a non-PIE program's canonical PLT
-//! entry, which jumps through a slot we may patch: then the definition is asked from the
-//! C library (glibc 2.34+) or `libdl.so.2` directly.
+//! inside an engine operation would start another), nor pass through another interposer of the
+//! process (a profiler's `dlopen` wrapper would count our bookkeeping; a quota shim's `dlsym`
+//! would hand us its wrappers). So they go through the addresses captured here, before the
+//! first patch: the C library's own definitions (by their glibc 2.34 version; `libdl.so.2`'s
+//! before), asked with the `dlvsym` this object links; where neither is found, the address this
+//! object's GOT held.
 //!
 //! # Safety
 //! Only the real functions of these names and C signatures are stored, from objects that are
@@ -55,14 +55,15 @@ pub(crate) fn capture() {
             libc::dlvsym as DlvsymFn as usize,
         ];
         let names: [&CStr; 5] = [c"dlopen", c"dlmopen", c"dlclose", c"dlsym", c"dlvsym"];
-        let own = object_base(capture as fn() as usize);
+        // The C library's own definitions first: our bookkeeping calls (a `dlopen` with
+        // RTLD_NOLOAD to pin an object, a `dlsym` of a driver function) must not pass through
+        // another interposer (a profiler's `dlopen` wrapper would count them; a quota shim's
+        // `dlsym` would hand us its wrappers). The linked address where the C library has none.
         let mut found = linked;
-        if own.is_some() && linked.iter().any(|&a| object_base(a) == own) {
-            for (slot, name) in found.iter_mut().zip(names) {
-                let address = defined_by_libc(name);
-                if address != 0 {
-                    *slot = address;
-                }
+        for (slot, name) in found.iter_mut().zip(names) {
+            let address = defined_by_libc(name);
+            if address != 0 {
+                *slot = address;
             }
         }
         // SAFETY: each address is the loader's function of that name and signature.
@@ -76,37 +77,28 @@ pub(crate) fn capture() {
     });
 }
 
-/// The load address of the object containing `address` (`dladdr`'s `dli_fbase`).
-fn object_base(address: usize) -> Option<usize> {
-    // SAFETY: Dl_info is plain data (pointers); all-zero is a valid value.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr fills `info` for any address.
-    let ok = unsafe { libc::dladdr(address as *const c_void, &mut info) } != 0;
-    (ok && !info.dli_fbase.is_null()).then_some(info.dli_fbase as usize)
-}
-
-/// `name` as the C library (glibc 2.34+) or `libdl.so.2` defines it; 0 when neither does.
-/// Called only before anything is patched, so the linked `dlopen`/`dlsym` (or their PLT
-/// entries) still reach the loader.
+/// `name` as the C library defines it: the version glibc 2.34 gave the loader functions when
+/// it moved them into libc, which a preloaded unversioned wrapper cannot stand in for (and
+/// asking costs no `dlopen` another interposer could count); before 2.34, `libdl.so.2`'s. 0 when
+/// neither is found. Called only before anything is patched.
 fn defined_by_libc(name: &CStr) -> usize {
-    let mut address = 0;
-    for lib in [c"libc.so.6", c"libdl.so.2"] {
+    // SAFETY: RTLD_DEFAULT and NUL-terminated strings.
+    let mut address =
+        unsafe { libc::dlvsym(libc::RTLD_DEFAULT, name.as_ptr(), c"GLIBC_2.34".as_ptr()) } as usize;
+    if address == 0 {
         // SAFETY: a NUL-terminated name; RTLD_NOLOAD never loads anything.
-        let handle = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-        if handle.is_null() {
-            continue;
-        }
-        // SAFETY: a live handle (our own reference) and a NUL-terminated name; the reference is
-        // given back once, and the object stays loaded (the process links it).
-        unsafe {
-            address = libc::dlsym(handle, name.as_ptr()) as usize;
-            libc::dlclose(handle);
-        }
-        if address != 0 {
-            break;
+        let handle =
+            unsafe { libc::dlopen(c"libdl.so.2".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if !handle.is_null() {
+            // SAFETY: a live handle (our own reference, given back once; the process links the
+            // library, so it stays) and a NUL-terminated name.
+            unsafe {
+                address = libc::dlsym(handle, name.as_ptr()) as usize;
+                libc::dlclose(handle);
+            }
         }
     }
-    // SAFETY: only resets the thread's pending loader message (a failed probe above).
+    // SAFETY: only resets the thread's pending loader message (a failed lookup above).
     unsafe { libc::dlerror() };
     address
 }

@@ -110,7 +110,7 @@ impl State {
         for group in writes.chunk_by(same_page) {
             let slot = |j: usize| {
                 let w = &group[j];
-                (w.slot.address, w.expected, w.hook.replacement)
+                (w.slot.address, w.expected, w.replacement)
             };
             let journal = &mut self.journal;
             let record = |j: usize, found: SlotWrite| match found {
@@ -172,7 +172,7 @@ fn direct_writes<'s>(
                 let Ok(value) = (unsafe { read_slot_confirmed(maps, slot.address) }) else {
                     return false;
                 };
-                if value == hook.replacement {
+                if hook.leads_here(value) {
                     continue;
                 }
                 // Bound elsewhere (a conflict), or to something the resolver must look
@@ -195,6 +195,7 @@ fn direct_writes<'s>(
                     slot,
                     expected: value,
                     original,
+                    replacement: hook.replacement,
                 });
             }
         }

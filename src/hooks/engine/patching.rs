@@ -30,6 +30,9 @@ pub(super) struct Plan<'h> {
     pub slot: Slot,
     pub expected: usize,
     pub original: usize,
+    /// What the slot gets: the hook's replacement, or one of its chains (`original` is then
+    /// that chain's).
+    pub replacement: usize,
 }
 
 impl Plan<'_> {
@@ -48,7 +51,7 @@ impl Plan<'_> {
             address: self.slot.address,
             kind: self.slot.kind,
             old,
-            new: self.hook.replacement,
+            new: self.replacement,
             protection,
         }
     }
@@ -332,19 +335,45 @@ impl State {
                     .iter()
                     .rev()
                     .find(|p| p.slot.address == slot.address)
-                    .map(|p| p.hook.replacement)
+                    .map(|p| p.replacement)
             } else {
                 None
             };
             let Some(value) = planned.or(read) else {
                 continue;
             };
-            if value == hook.replacement {
+            if hook.leads_here(value) {
                 continue;
             }
             let bound = resolver.binding(value, slot, idx, i);
             if original == 0 {
                 original = bound;
+            }
+            // Bound to another definition (another interposer's, another version's): chained,
+            // so that the slot's calls go on reaching what it held, unless that is a hook of
+            // ours (a stack is planned above) or every chain calls something else already.
+            let chained = (bound != original && bound != 0 && planned.is_none())
+                .then(|| {
+                    let ours = self
+                        .sets
+                        .iter()
+                        .any(|s| s.set.hooks.iter().any(|h| h.leads_here(bound)));
+                    (!ours).then(|| hook.chain_for(bound)).flatten()
+                })
+                .flatten();
+            if let Some(replacement) = chained {
+                self.dirty = true;
+                self.diag.chained_slots += 1;
+                plans.push(Plan {
+                    set_id,
+                    object: i,
+                    hook,
+                    slot,
+                    expected: value,
+                    original: bound,
+                    replacement,
+                });
+                continue;
             }
             if bound != original || bound == 0 {
                 let c = Conflict {
@@ -364,11 +393,15 @@ impl State {
                 slot,
                 expected: value,
                 original,
+                replacement: hook.replacement,
             });
         }
         // Publish the original before any slot can route a call to the replacement.
         if original != 0
-            && (plans.len() > first || hook.original.get() == 0)
+            && (plans[first..]
+                .iter()
+                .any(|p| p.replacement == hook.replacement)
+                || hook.original.get() == 0)
             && hook.original.get() != original
         {
             hook.original.set(original);
@@ -395,7 +428,7 @@ impl State {
         for attempt in 0..2 {
             let writes: Few<(usize, usize, usize, usize)> = few(pending.iter().map(|&k| {
                 let p = &plans[k];
-                (p.object, p.slot.address, expected[k], p.hook.replacement)
+                (p.object, p.slot.address, expected[k], p.replacement)
             }));
             let outcomes = batch.write(maps, &writes, false);
             let mut retry = Few::new();
@@ -416,7 +449,7 @@ impl State {
                         fresh.push(k);
                     }
                     Some(Ok((SlotWrite::Mismatch { actual }, _))) => {
-                        if attempt > 0 || actual == p.hook.replacement {
+                        if attempt > 0 || actual == p.replacement {
                             continue;
                         }
                         let rebound =
@@ -468,12 +501,7 @@ impl State {
             })
             .map(|&k| {
                 let p = &plans[k];
-                (
-                    p.object,
-                    p.slot.address,
-                    p.hook.original.get(),
-                    p.hook.replacement,
-                )
+                (p.object, p.slot.address, p.original, p.replacement)
             })
             .filter(|w| w.2 != 0));
         if writes.is_empty() {

@@ -18,7 +18,11 @@
 
 use std::ffi::{c_char, c_int, c_long, c_void};
 
-use super::{dlclose_from, dlmopen_from, dlopen_from, dlsym_from, dlvsym_from};
+use super::{
+    dlclose_from, dlclose_from_c0, dlclose_from_c1, dlmopen_from, dlmopen_from_c0, dlmopen_from_c1,
+    dlopen_from, dlopen_from_c0, dlopen_from_c1, dlsym_from, dlsym_from_c0, dlsym_from_c1,
+    dlvsym_from, dlvsym_from_c0, dlvsym_from_c1,
+};
 
 macro_rules! entry {
     ($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $target:ident, $x86_reg:literal, $arm_reg:literal) => {
@@ -52,4 +56,46 @@ entry!(
 entry!(
     /// `dlvsym(handle, symbol, version)`.
     dlvsym_entry(handle: *mut c_void, symbol: *const c_char, version: *const c_char) -> *mut c_void => dlvsym_from, "rcx", "x3"
+);
+
+// The chained entries (the hook set's `Chain`s): the same, each reaching its own forwarder.
+entry!(
+    /// `dlopen` through chain 0.
+    dlopen_entry_c0(file: *const c_char, mode: c_int) -> *mut c_void => dlopen_from_c0, "rdx", "x2"
+);
+entry!(
+    /// `dlopen` through chain 1.
+    dlopen_entry_c1(file: *const c_char, mode: c_int) -> *mut c_void => dlopen_from_c1, "rdx", "x2"
+);
+entry!(
+    /// `dlmopen` through chain 0.
+    dlmopen_entry_c0(lmid: c_long, file: *const c_char, mode: c_int) -> *mut c_void => dlmopen_from_c0, "rcx", "x3"
+);
+entry!(
+    /// `dlmopen` through chain 1.
+    dlmopen_entry_c1(lmid: c_long, file: *const c_char, mode: c_int) -> *mut c_void => dlmopen_from_c1, "rcx", "x3"
+);
+entry!(
+    /// `dlclose` through chain 0.
+    dlclose_entry_c0(handle: *mut c_void) -> c_int => dlclose_from_c0, "rsi", "x1"
+);
+entry!(
+    /// `dlclose` through chain 1.
+    dlclose_entry_c1(handle: *mut c_void) -> c_int => dlclose_from_c1, "rsi", "x1"
+);
+entry!(
+    /// `dlsym` through chain 0.
+    dlsym_entry_c0(handle: *mut c_void, symbol: *const c_char) -> *mut c_void => dlsym_from_c0, "rdx", "x2"
+);
+entry!(
+    /// `dlsym` through chain 1.
+    dlsym_entry_c1(handle: *mut c_void, symbol: *const c_char) -> *mut c_void => dlsym_from_c1, "rdx", "x2"
+);
+entry!(
+    /// `dlvsym` through chain 0.
+    dlvsym_entry_c0(handle: *mut c_void, symbol: *const c_char, version: *const c_char) -> *mut c_void => dlvsym_from_c0, "rcx", "x3"
+);
+entry!(
+    /// `dlvsym` through chain 1.
+    dlvsym_entry_c1(handle: *mut c_void, symbol: *const c_char, version: *const c_char) -> *mut c_void => dlvsym_from_c1, "rcx", "x3"
 );

@@ -37,6 +37,16 @@ static REAL_DLCLOSE: AtomicUsize = AtomicUsize::new(0);
 static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
 static REAL_DLVSYM: AtomicUsize = AtomicUsize::new(0);
 
+/// Chains per loader function (see `Chain`): slots bound to another definition than the one
+/// the global lookup gives (a `dlopen` wrapper preloaded by a profiler or sandbox; the symbol
+/// version a program imports) are patched with one, which calls what the slot held.
+const CHAINS: usize = 2;
+static CHAIN_DLOPEN: [AtomicUsize; CHAINS] = [const { AtomicUsize::new(0) }; CHAINS];
+static CHAIN_DLMOPEN: [AtomicUsize; CHAINS] = [const { AtomicUsize::new(0) }; CHAINS];
+static CHAIN_DLCLOSE: [AtomicUsize; CHAINS] = [const { AtomicUsize::new(0) }; CHAINS];
+static CHAIN_DLSYM: [AtomicUsize; CHAINS] = [const { AtomicUsize::new(0) }; CHAINS];
+static CHAIN_DLVSYM: [AtomicUsize; CHAINS] = [const { AtomicUsize::new(0) }; CHAINS];
+
 thread_local! {
     /// Depth of interposed `dlopen`/`dlmopen`/`dlclose` calls on this thread. A nested call
     /// comes from a constructor or destructor, which the loader runs holding its lock: waiting
@@ -49,16 +59,54 @@ thread_local! {
 /// The loader hook set.
 pub(crate) fn dl_hook_set() -> HookSet {
     macro_rules! hook {
-        ($symbol:literal, $entry:ident, $real:ident) => {
-            Hook::new($symbol, entry::$entry as *const () as usize, &$real).ok()
+        ($symbol:literal, $entry:ident, $real:ident, [$($chain:ident),*], $chains:ident) => {
+            Hook::new($symbol, entry::$entry as *const () as usize, &$real)
+                .ok()
+                .map(|h| {
+                    let mut k = 0;
+                    h.with_chains(&[$({
+                        k += 1;
+                        (entry::$chain as *const () as usize, &$chains[k - 1])
+                    }),*])
+                })
         };
     }
     let hooks = [
-        hook!("dlopen", dlopen_entry, REAL_DLOPEN),
-        hook!("dlmopen", dlmopen_entry, REAL_DLMOPEN),
-        hook!("dlclose", dlclose_entry, REAL_DLCLOSE),
-        hook!("dlsym", dlsym_entry, REAL_DLSYM),
-        hook!("dlvsym", dlvsym_entry, REAL_DLVSYM),
+        hook!(
+            "dlopen",
+            dlopen_entry,
+            REAL_DLOPEN,
+            [dlopen_entry_c0, dlopen_entry_c1],
+            CHAIN_DLOPEN
+        ),
+        hook!(
+            "dlmopen",
+            dlmopen_entry,
+            REAL_DLMOPEN,
+            [dlmopen_entry_c0, dlmopen_entry_c1],
+            CHAIN_DLMOPEN
+        ),
+        hook!(
+            "dlclose",
+            dlclose_entry,
+            REAL_DLCLOSE,
+            [dlclose_entry_c0, dlclose_entry_c1],
+            CHAIN_DLCLOSE
+        ),
+        hook!(
+            "dlsym",
+            dlsym_entry,
+            REAL_DLSYM,
+            [dlsym_entry_c0, dlsym_entry_c1],
+            CHAIN_DLSYM
+        ),
+        hook!(
+            "dlvsym",
+            dlvsym_entry,
+            REAL_DLVSYM,
+            [dlvsym_entry_c0, dlvsym_entry_c1],
+            CHAIN_DLVSYM
+        ),
     ];
     HookSet::new(DL_SET_NAME, hooks.into_iter().flatten().collect())
         .expect("the loader hook set names each symbol once")
@@ -99,10 +147,26 @@ fn real_dlvsym() -> real::DlvsymFn {
     real!(REAL_DLVSYM, real::dlvsym, real::DlvsymFn)
 }
 
-/// Open `file` as the object containing `caller` would have.
+/// A chain's original (what its slots held), else the hook's.
+fn chained<F: Copy>(store: &AtomicUsize, hook_original: F) -> F {
+    let p = store.load(std::sync::atomic::Ordering::Acquire);
+    if p == 0 {
+        hook_original
+    } else {
+        // SAFETY: the engine stores in a chain only the address a slot of this very loader
+        // function was bound to (the C signature of that function).
+        #[allow(unsafe_code)]
+        unsafe {
+            crate::sys::func::fn_at::<F>(p)
+        }
+    }
+}
+
+/// Open `file` as the object containing `caller` would have (in `namespace`).
 fn open_as_caller(
     caller: usize,
     file: *const c_char,
+    namespace: c_long,
     open_with: &dyn Fn(*const c_char, c_int) -> *mut c_void,
 ) -> *mut c_void {
     let open = |f: *const c_char| open_with(f, 0);
@@ -150,13 +214,27 @@ fn open_as_caller(
     }
     // A library already loaded under this name (its soname) is what glibc returns first, before
     // any directory search.
-    let loaded = open_with(file, libc::RTLD_NOLOAD);
-    if !loaded.is_null() {
-        let handle = open(file);
-        // SAFETY: drops the extra reference the probe took.
+    // The probe is our own question: in the base namespace it goes to the C library directly,
+    // never through another interposer that would count it.
+    let loaded = if namespace == libc::LM_ID_BASE {
+        // SAFETY: a NUL-terminated name (dlopen's contract); RTLD_NOLOAD loads nothing.
         #[allow(unsafe_code)]
         unsafe {
-            real_dlclose()(loaded)
+            real::dlopen()(file, libc::RTLD_LAZY | libc::RTLD_NOLOAD)
+        }
+    } else {
+        open_with(file, libc::RTLD_NOLOAD)
+    };
+    if !loaded.is_null() {
+        let handle = open(file);
+        // SAFETY: drops the extra reference the probe took, with the function that took it.
+        #[allow(unsafe_code)]
+        unsafe {
+            if namespace == libc::LM_ID_BASE {
+                real::dlclose()(loaded)
+            } else {
+                real_dlclose()(loaded)
+            }
         };
         return handle;
     }
@@ -226,7 +304,7 @@ fn open_and_patch(
     guarded(
         || {
             let depth = DepthGuard::enter();
-            let handle = open_as_caller(caller, file, open);
+            let handle = open_as_caller(caller, file, namespace, open);
             opened.set(Some(handle));
             after_open(handle, &depth);
             if !handle.is_null() && namespace != libc::LM_ID_BASE {
@@ -249,9 +327,18 @@ pub(super) extern "C" fn dlopen_from(
     mode: c_int,
     caller: usize,
 ) -> *mut c_void {
+    dlopen_via(real_dlopen(), file, mode, caller)
+}
+
+fn dlopen_via(
+    real: real::DlopenFn,
+    file: *const c_char,
+    mode: c_int,
+    caller: usize,
+) -> *mut c_void {
     // SAFETY: the real dlopen with the caller's own arguments.
     #[allow(unsafe_code)]
-    let open = |f: *const c_char, extra: c_int| unsafe { real_dlopen()(f, mode | extra) };
+    let open = |f: *const c_char, extra: c_int| unsafe { real(f, mode | extra) };
     open_and_patch(caller, file, libc::LM_ID_BASE, &open)
 }
 
@@ -262,18 +349,32 @@ pub(super) extern "C" fn dlmopen_from(
     mode: c_int,
     caller: usize,
 ) -> *mut c_void {
+    dlmopen_via(real_dlmopen(), lmid, file, mode, caller)
+}
+
+fn dlmopen_via(
+    real: real::DlmopenFn,
+    lmid: c_long,
+    file: *const c_char,
+    mode: c_int,
+    caller: usize,
+) -> *mut c_void {
     // SAFETY: the real dlmopen with the caller's own arguments.
     #[allow(unsafe_code)]
-    let open = |f: *const c_char, extra: c_int| unsafe { real_dlmopen()(lmid, f, mode | extra) };
+    let open = |f: *const c_char, extra: c_int| unsafe { real(lmid, f, mode | extra) };
     open_and_patch(caller, file, lmid, &open)
 }
 
 /// `dlclose`: close, then forget objects that are really gone (outermost call only).
 pub(super) extern "C" fn dlclose_from(handle: *mut c_void, _caller: usize) -> c_int {
+    dlclose_via(real_dlclose(), handle)
+}
+
+fn dlclose_via(real: real::DlcloseFn, handle: *mut c_void) -> c_int {
     let depth = DepthGuard::enter();
     // SAFETY: the real dlclose with the caller's own handle.
     #[allow(unsafe_code)]
-    let rc = unsafe { real_dlclose()(handle) };
+    let rc = unsafe { real(handle) };
     if rc == 0 && depth.0 == 1 {
         // Reading the counters cannot unwind (the walk's callback catches its own panics).
         if let Some(now) = super::engine::loader_changed() {
@@ -292,7 +393,8 @@ pub(super) extern "C" fn dlsym_from(
     symbol: *const c_char,
     caller: usize,
 ) -> *mut c_void {
-    lookup_as_caller(handle, symbol, std::ptr::null(), caller)
+    let reals = (real_dlsym(), real_dlvsym());
+    lookup_as_caller(handle, symbol, std::ptr::null(), caller, reals)
 }
 
 /// `dlvsym` with the caller's return address.
@@ -302,7 +404,50 @@ pub(super) extern "C" fn dlvsym_from(
     version: *const c_char,
     caller: usize,
 ) -> *mut c_void {
-    lookup_as_caller(handle, symbol, version, caller)
+    let reals = (real_dlsym(), real_dlvsym());
+    lookup_as_caller(handle, symbol, version, caller, reals)
+}
+
+/// The chained entries: the same interposers, each forwarding to what its slots held.
+macro_rules! chain_entries {
+    ($($k:literal: $open:ident, $mopen:ident, $close:ident, $sym:ident, $vsym:ident;)*) => {$(
+        pub(super) extern "C" fn $open(file: *const c_char, mode: c_int, caller: usize) -> *mut c_void {
+            dlopen_via(chained(&CHAIN_DLOPEN[$k], real_dlopen()), file, mode, caller)
+        }
+        pub(super) extern "C" fn $mopen(
+            lmid: c_long,
+            file: *const c_char,
+            mode: c_int,
+            caller: usize,
+        ) -> *mut c_void {
+            dlmopen_via(chained(&CHAIN_DLMOPEN[$k], real_dlmopen()), lmid, file, mode, caller)
+        }
+        pub(super) extern "C" fn $close(handle: *mut c_void, _caller: usize) -> c_int {
+            dlclose_via(chained(&CHAIN_DLCLOSE[$k], real_dlclose()), handle)
+        }
+        pub(super) extern "C" fn $sym(
+            handle: *mut c_void,
+            symbol: *const c_char,
+            caller: usize,
+        ) -> *mut c_void {
+            let reals = (chained(&CHAIN_DLSYM[$k], real_dlsym()), real_dlvsym());
+            lookup_as_caller(handle, symbol, std::ptr::null(), caller, reals)
+        }
+        pub(super) extern "C" fn $vsym(
+            handle: *mut c_void,
+            symbol: *const c_char,
+            version: *const c_char,
+            caller: usize,
+        ) -> *mut c_void {
+            let reals = (real_dlsym(), chained(&CHAIN_DLVSYM[$k], real_dlvsym()));
+            lookup_as_caller(handle, symbol, version, caller, reals)
+        }
+    )*};
+}
+
+chain_entries! {
+    0: dlopen_from_c0, dlmopen_from_c0, dlclose_from_c0, dlsym_from_c0, dlvsym_from_c0;
+    1: dlopen_from_c1, dlmopen_from_c1, dlclose_from_c1, dlsym_from_c1, dlvsym_from_c1;
 }
 
 fn lookup_as_caller(
@@ -310,23 +455,24 @@ fn lookup_as_caller(
     symbol: *const c_char,
     version: *const c_char,
     caller: usize,
+    (real_dlsym, real_dlvsym): (real::DlsymFn, real::DlvsymFn),
 ) -> *mut c_void {
     // SAFETY: the real lookup functions with the caller's own arguments.
     #[allow(unsafe_code)]
     let plain = |h: *mut c_void| unsafe {
         if version.is_null() {
-            real_dlsym()(h, symbol)
+            real_dlsym(h, symbol)
         } else {
-            real_dlvsym()(h, symbol, version)
+            real_dlvsym(h, symbol, version)
         }
     };
     guarded(
         || {
             let mut found = if handle == libc::RTLD_NEXT && !symbol.is_null() {
                 let real = if version.is_null() {
-                    real_dlsym() as usize
+                    real_dlsym as usize
                 } else {
-                    real_dlvsym() as usize
+                    real_dlvsym as usize
                 };
                 as_caller::lookup(real, handle, symbol, version, caller)
                     .unwrap_or_else(|| next_as_caller(symbol, version, caller, &plain))
