@@ -387,6 +387,30 @@ fn run_uses_a_private_directory_nobody_could_prepare() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+/// A command that cannot start leaves no `--report` file that the run created, and keeps one
+/// that was there (untouched).
+#[test]
+fn a_command_that_cannot_start_leaves_no_report_file() {
+    let dir = common::scratch("cli-nostart-report");
+    let (new, old) = (dir.join("new.txt"), dir.join("old.txt"));
+    std::fs::write(&old, "kept\n").unwrap();
+    for path in [&new, &old] {
+        let out = cuhook(
+            &[
+                "run",
+                "--report",
+                path.to_str().unwrap(),
+                "--",
+                "/nonexistent/program",
+            ],
+            &[],
+        );
+        assert_eq!(out.status.code(), Some(127));
+    }
+    assert!(!new.exists(), "an empty report was left");
+    assert_eq!(std::fs::read_to_string(&old).unwrap(), "kept\n");
+}
+
 /// Item 17: a command that cannot start leaves no temporary directory behind.
 #[test]
 fn run_removes_its_directory_when_the_command_cannot_start() {
@@ -693,6 +717,16 @@ fn unusable_output_paths_are_refused_before_the_command_starts() {
     );
 }
 
+/// This build's `cuhook` at `path`: a hard link, not a copy — a copy is written through a
+/// descriptor that a concurrent test's fork may still hold when it is executed ("Text file
+/// busy").
+fn binary_at(path: &std::path::Path) {
+    let bin = env!("CARGO_BIN_EXE_cuhook");
+    if std::fs::hard_link(bin, path).is_err() {
+        std::fs::copy(bin, path).unwrap();
+    }
+}
+
 /// The command's view of the library it was given: `$LD_PRELOAD`.
 fn preloaded(
     cuhook_exe: &std::path::Path,
@@ -725,7 +759,7 @@ fn run_finds_its_library_by_the_documented_order() {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let exe = bin.join("cuhook");
-    std::fs::copy(env!("CARGO_BIN_EXE_cuhook"), &exe).unwrap();
+    binary_at(&exe);
     let real = common::libcuhook();
 
     let (code, _, stderr) = preloaded(&exe, &[], &[]);
@@ -801,7 +835,7 @@ fn a_stale_library_beside_the_binary_does_not_shadow_a_fresh_one() {
     let dir = common::scratch("cli-stale-lib");
     std::fs::create_dir_all(dir.join("deps")).unwrap();
     let exe = dir.join("cuhook");
-    std::fs::copy(env!("CARGO_BIN_EXE_cuhook"), &exe).unwrap();
+    binary_at(&exe);
     let stale = dir.join("libcuhook.so");
     std::fs::write(&stale, "an old build").unwrap();
     let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
@@ -820,7 +854,7 @@ fn a_stale_library_beside_the_binary_does_not_shadow_a_fresh_one() {
         "{stderr}"
     );
     let out = Command::new(&exe)
-        .args(["run", "--", "true"])
+        .args(["run", "--", &fixture("plain"), "exit", "0"])
         .env_remove("CUHOOK_LIB")
         .env_remove("LD_PRELOAD")
         .output()

@@ -235,7 +235,8 @@ fn directory_problem(path: &Path) -> Option<String> {
 /// Where `--report` goes: a file opened before the command starts, or (with `%p`) a name that
 /// is known only once the command has its process id.
 enum ReportSink {
-    Opened(File, OsString),
+    /// The file, its name, and whether this run created it.
+    Opened(File, OsString, bool),
     PerProcess(OsString),
 }
 
@@ -283,8 +284,9 @@ fn prepare_report(template: &Path) -> Result<ReportSink, String> {
         return Ok(ReportSink::PerProcess(t.to_owned()));
     }
     let path = cuhook::report::expand_path_for(t, 0);
+    let existed = std::fs::symlink_metadata(&path).is_ok();
     match open_report(&path) {
-        Ok(f) => Ok(ReportSink::Opened(f, path)),
+        Ok(f) => Ok(ReportSink::Opened(f, path, !existed)),
         Err(e) => Err(refuse(open_problem(Path::new(&path), &e))),
     }
 }
@@ -303,7 +305,7 @@ fn check_trace(template: &Path) -> Result<(), String> {
 fn write_report(sink: ReportSink, pid: u32, text: &str) -> Result<(), String> {
     use std::io::Write;
     let (mut file, path) = match sink {
-        ReportSink::Opened(f, path) => (f, path),
+        ReportSink::Opened(f, path, _) => (f, path),
         ReportSink::PerProcess(template) => {
             let path = cuhook::report::expand_path_for(&template, pid);
             let f = open_report(&path).map_err(|e| {
@@ -364,6 +366,10 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Ok(o) => o,
         Err(e) => {
             eprintln!("cuhook run: {e}");
+            // The command never ran: a report file made for it goes again.
+            if let Some(ReportSink::Opened(_, path, true)) = report {
+                let _ = std::fs::remove_file(path);
+            }
             return e.exit_code();
         }
     };
