@@ -83,7 +83,7 @@ struct Row {
 }
 
 /// Read one trace: its rows, times made monotonic (a trace without times counts 1 µs an event).
-fn rows_of(path: &PathBuf) -> Result<(Vec<Row>, super::reader::Tally), String> {
+fn rows_of(path: &std::path::Path) -> Result<(Vec<Row>, super::reader::Tally), String> {
     let f =
         std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mut replay = Replay::new();
