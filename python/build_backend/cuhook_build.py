@@ -5,16 +5,18 @@ Standard library only, so ``pip install .`` needs nothing from the network to bu
 both (``strip``, when there is one), and writes a wheel holding the Python package
 (``python/cuhook``), the two files under ``cuhook/_bin/``, and the ``cuhook`` console command.
 
-The wheel is tagged ``py3-none-<platform>`` (``linux_x86_64`` here): it does not depend on the
-Python ABI (the package reaches the library through ``ctypes``), and the two ELF files need
-nothing beyond glibc and libgcc_s, so ``auditwheel show`` finds it manylinux-compatible and
-``auditwheel repair`` only retags it. Settings, through the environment or ``--config-settings``:
+With a C compiler and this Python's headers it also builds ``cuhook/_speedups.c`` (the C
+``lookup(int)``, stable ABI) and tags the wheel ``cp39-abi3-<platform>``; without, the package
+reaches the library through ``ctypes`` alone and the wheel is ``py3-none-<platform>``. The ELF
+files need nothing beyond glibc and libgcc_s, so ``auditwheel show`` finds the wheel
+manylinux-compatible and ``auditwheel repair`` only retags it. Settings, through the environment or ``--config-settings``:
 
 - ``CUHOOK_PREBUILT=DIR`` (or ``prebuilt=DIR``): take the files from a cargo profile directory
   (``target/release``) instead of running cargo;
 - ``CARGO``, ``CARGO_TARGET_DIR``: as for cargo;
 - ``CUHOOK_WHEEL_PLAT=TAG`` (or ``plat-name=TAG``): the wheel's platform tag;
-- ``CUHOOK_NO_STRIP=1`` (or ``no-strip=1``): ship the files as built (~20 MB each).
+- ``CUHOOK_NO_STRIP=1`` (or ``no-strip=1``): ship the files as built (~20 MB each);
+- ``CUHOOK_NO_SPEEDUPS=1`` (or ``no-speedups=1``): no C lookup, a ``py3-none`` wheel.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import hashlib
 import io
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -108,6 +111,33 @@ def _stripped(src: str, dst: str, how: list[str], config: Optional[dict[str, Any
         subprocess.run([strip, *how, "-o", dst, src], check=True)
 
 
+def _speedups(scratch: str, config: Optional[dict[str, Any]]) -> Optional[str]:
+    """cuhook/_speedups.c built against this Python's headers (the stable ABI), or None when
+    it cannot be (not CPython, no headers, no compiler, or ``CUHOOK_NO_SPEEDUPS=1``): the
+    package then looks up through ctypes alone."""
+    if _setting(config, "no-speedups", "CUHOOK_NO_SPEEDUPS"):
+        return None
+    if sys.implementation.name != "cpython":
+        return None
+    include = sysconfig.get_paths()["include"]
+    cc = shlex.split(os.environ.get("CC") or "cc")
+    if not os.path.isfile(os.path.join(include, "Python.h")) or not shutil.which(cc[0]):
+        _log(f"no Python.h in {include} or no C compiler {cc[0]}: lookups go through ctypes "
+             "alone (slower)")
+        return None
+    out = os.path.join(scratch, "_speedups.abi3.so")
+    command = [*cc, "-shared", "-fPIC", "-O2", "-Wall", f"-I{include}",
+               os.path.join(PACKAGE_DIR, "_speedups.c"), "-o", out]
+    try:
+        subprocess.run(command, check=True, stdout=sys.stderr)
+    except (OSError, subprocess.CalledProcessError) as e:
+        _log(f"{' '.join(command)} failed ({e}): lookups go through ctypes alone (slower)")
+        return None
+    stripped = os.path.join(scratch, "_speedups.stripped.so")
+    _stripped(out, stripped, ["--strip-unneeded"], config)
+    return stripped
+
+
 def _platform_tag(config: Optional[dict[str, Any]]) -> str:
     tag = _setting(config, "plat-name", "CUHOOK_WHEEL_PLAT")
     return tag or sysconfig.get_platform().replace("-", "_").replace(".", "_")
@@ -184,11 +214,14 @@ def build_wheel(
 ) -> str:
     version = _version()
     lib, cli = _built_files(config_settings)
-    tag = f"py3-none-{_platform_tag(config_settings)}"
-    wheel_name = f"{NAME}-{version}-{tag}.whl"
     dist_info = f"{NAME}-{version}.dist-info"
     os.makedirs(wheel_directory, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="cuhook-wheel-") as scratch:
+        speedups = _speedups(scratch, config_settings)
+        # With the C lookup the wheel is for CPython 3.9+ (the stable ABI); without, for any.
+        python_tag = "cp39-abi3" if speedups else "py3-none"
+        tag = f"{python_tag}-{_platform_tag(config_settings)}"
+        wheel_name = f"{NAME}-{version}-{tag}.whl"
         lib_out = os.path.join(scratch, "libcuhook.so")
         cli_out = os.path.join(scratch, "cuhook")
         _stripped(lib, lib_out, ["--strip-unneeded"], config_settings)
@@ -200,6 +233,9 @@ def build_wheel(
         for path, name in ((lib_out, "libcuhook.so"), (cli_out, "cuhook")):
             with open(path, "rb") as f:
                 wheel.add(f"cuhook/_bin/{name}", f.read(), 0o755)
+        if speedups:
+            with open(speedups, "rb") as f:
+                wheel.add("cuhook/_speedups.abi3.so", f.read(), 0o755)
         wheel.add(f"{dist_info}/METADATA", _metadata(version).encode())
         wheel.add(
             f"{dist_info}/WHEEL",

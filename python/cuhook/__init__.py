@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import enum
+import importlib
 import logging
 import os
 import struct
@@ -125,7 +126,7 @@ class Allocation(NamedTuple):
         """One past the last byte."""
         return self.start + self.size
 
-    def __contains__(self, address: object) -> bool:  # type: ignore[override]
+    def __contains__(self, address: object) -> bool:
         return isinstance(address, int) and self.start <= address < self.start + self.size
 
 
@@ -329,7 +330,7 @@ def _dlpack_address(obj: Any) -> int:
     else:
         raise TypeError(f"__dlpack__ returned a capsule named {name!r}, not a DLPack tensor")
     tensor = managed.dl_tensor
-    return (tensor.data or 0) + tensor.byte_offset
+    return int(tensor.data or 0) + int(tensor.byte_offset)
 
 
 def _address_of(x: Any) -> int:
@@ -357,7 +358,7 @@ def _address_of(x: Any) -> int:
 _api_names = _native.API_NAMES
 
 
-def lookup(x: Any) -> Optional[Allocation]:
+def _lookup_ctypes(x: Any) -> Optional[Allocation]:
     """The allocation that contains ``x``, from the registry alone (no driver call), or None.
 
     ``x`` is an int address, a ``ctypes.c_void_p``, an object with ``data_ptr()`` (a PyTorch
@@ -380,9 +381,28 @@ def lookup(x: Any) -> Optional[Allocation]:
     name = _api_names.get(api)
     if name is None:
         name = _native.api_name(api)
-    return _new_tuple(  # type: ignore[no-any-return]
+    return _new_tuple(
         Allocation, (start, size, _MEM_TYPES[mem_type & 3], device, name, flags, seq)
     )
+
+
+def _speedups_module() -> Any:
+    """cuhook/_speedups.c, the C lookup, when the wheel has it (None: ctypes alone)."""
+    try:
+        return importlib.import_module("._speedups", __name__)
+    except ImportError:  # built without a C compiler, or not CPython
+        return None
+
+
+_speedups = _speedups_module()
+_lookup_address = _native.address_of("cuhook_lookup")
+lookup: Callable[[Any], Optional[Allocation]]
+if _speedups is not None and _lookup_address:
+    # The same contract; an exact int is looked up in C, anything else by _lookup_ctypes.
+    _speedups.setup(_lookup_address, Allocation, _MEM_TYPES, _lookup_ctypes)
+    lookup = _speedups.lookup
+else:
+    lookup = _lookup_ctypes
 
 
 def _allocation(info: _native.MemInfo) -> Allocation:
@@ -408,6 +428,7 @@ def live() -> list[Allocation]:
 
 
 _c_stats = _native.function("cuhook_stats")
+_NOT_INSTALLED = -4
 _c_usage = _native.function("cuhook_usage")
 
 
@@ -418,7 +439,10 @@ def stats() -> Stats:
     room = 16
     while True:
         rows = (_native.CUsage * room)()
-        n = _check("stats", _c_usage(rows, room))
+        n = _c_usage(rows, room)
+        if n == _NOT_INSTALLED:  # another copy of cuhook serves the process: no peaks here
+            n = 0
+        _check("stats", n)
         if n <= room:
             break
         room = n
@@ -531,7 +555,7 @@ class Subscription:
     @property
     def dropped(self) -> int:
         """Events lost because the queue was full (the callback did not keep up)."""
-        return self._counts().dropped
+        return int(self._counts().dropped)
 
     def _counts(self) -> _native.CQueueStats:
         s = _native.CQueueStats()

@@ -199,7 +199,8 @@ def library_path() -> str:
     address = ctypes.cast(LIB.cuhook_install, c_void_p).value
     if not libdl.dladdr(address, ctypes.byref(info)) or not info.dli_fname:
         return ""
-    return os.path.realpath(info.dli_fname.decode(errors="replace"))
+    name: bytes = info.dli_fname
+    return os.path.realpath(name.decode(errors="replace"))
 
 
 API_NAMES: dict[int, str] = {}
@@ -224,4 +225,12 @@ def nonblocking(name: str) -> Any:
         address = ctypes.cast(getattr(LIB, name), c_void_p).value
     except AttributeError:
         return _missing(name)
-    return ctypes.PYFUNCTYPE(restype, *argtypes)(address)
+    return ctypes.PYFUNCTYPE(restype, *argtypes)(address or 0)
+
+
+def address_of(name: str) -> int:
+    """The address of the C function ``name`` (0 when the library lacks it)."""
+    try:
+        return ctypes.cast(getattr(LIB, name), c_void_p).value or 0
+    except AttributeError:
+        return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 
 import pytest
 
@@ -263,3 +264,50 @@ def test_the_package_uses_the_bundled_library_when_none_is_preloaded():
     assert os.path.samefile(cuhook.library_path(), os.environ.get("CUHOOK_LIB")
                             or cuhook._native.BUNDLED_LIB)
     assert "CUHOOK_DISABLE" not in os.environ    # set only for the moment of the load
+
+
+# ------------------------------------------------------------------------ the C lookup
+
+
+def test_the_c_lookup_and_the_ctypes_lookup_agree(installed):
+    if cuhook._speedups is None:
+        if os.environ.get("CUHOOK_REQUIRE_SPEEDUPS"):
+            pytest.fail("the wheel was built without cuhook/_speedups.c (no compiler or headers)")
+        pytest.skip("built without the C lookup")
+    assert cuhook.lookup is cuhook._speedups.lookup
+    p = installed.malloc(MiB)
+    cases = [p, p + 100, p + MiB - 1, p + MiB, 0, 4096, (1 << 64) - 1, Tensor(p + 8),
+             ctypes.c_void_p(p), CudaArray(p), DLPackArray(p, 64, versioned=True)]
+    for x in cases:
+        assert cuhook.lookup(x) == cuhook._lookup_ctypes(x), x
+    assert cuhook.lookup(p).api == "cudaMalloc" and cuhook.lookup(p).mem_type is MemType.CUDA
+    for bad, error in [(-1, ValueError), (1 << 64, ValueError), (None, TypeError),
+                       ("x", TypeError), (2.0, TypeError), (False, TypeError)]:
+        for f in (cuhook.lookup, cuhook._lookup_ctypes):
+            with pytest.raises(error):
+                f(bad)
+    installed.free(p)
+    assert cuhook.lookup(p) is None and cuhook._lookup_ctypes(p) is None
+
+
+@pytest.mark.parametrize("path", ["lookup", "_lookup_ctypes"])
+def test_lookups_from_many_threads_see_their_own_allocations(installed, path):
+    look = getattr(cuhook, path)
+    wrong = []
+
+    def work():
+        for _ in range(50):
+            size = 4096 * (1 + threading.get_native_id() % 7)
+            p = installed.malloc(size)
+            for _ in range(20):
+                a = look(p + size // 2)
+                if a is None or (a.start, a.size) != (p, size):
+                    wrong.append((p, size, a))
+            installed.free(p)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
