@@ -254,11 +254,13 @@ def preloaded() -> bool:
     ``LD_PRELOAD``): then its installation, report and trace are the process's own."""
     return _native.PRELOADED
 
+
 # ---------------------------------------------------------------------------- lookups
 
-# cuhook_lookup is lock-free and never blocks (tens of ns): called without releasing the GIL
-# (a PYFUNCTYPE), which saves the release and the re-acquisition, and keeps a thread's buffer
-# its own until it is read.
+# The ctypes path (the C extension's lookup is used when the wheel has it). cuhook_lookup is
+# lock-free and never blocks (tens of ns): called without releasing the GIL (a PYFUNCTYPE),
+# which saves the release and the re-acquisition; it writes into a buffer of the calling
+# thread's own.
 _c_lookup = _native.nonblocking("cuhook_lookup")
 _tls = threading.local()
 # cuhook_mem_info_t as read back: address, size, mem_type, device, flags, api, seq.
