@@ -243,3 +243,41 @@ fn a_trace_left_mid_line_gets_its_next_event_on_a_new_line() {
     assert!(!text[before..].starts_with('\n'), "a blank line was added");
     assert_eq!(text.lines().count(), 13);
 }
+
+/// A preloaded process's first `open` gets descriptor 3, as without cuhook: cuhook keeps no
+/// descriptor of its own once its constructor has installed (before, `/proc/self/maps` stayed
+/// open at the lowest free number).
+#[test]
+fn a_preloaded_programs_first_descriptor_is_3() {
+    let dir = scratch("first-fd");
+    let src = dir.join("first_fd.c");
+    fs::write(
+        &src,
+        "#include <fcntl.h>\n#include <stdio.h>\nint main(void) { printf(\"%d\\n\", open(\"/dev/null\", O_RDONLY)); return 0; }\n",
+    )
+    .unwrap();
+    let exe = dir.join("first_fd");
+    assert!(cuhook_fixtures::cc()
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success());
+    for preload in [None, Some(common::libcuhook())] {
+        let mut cmd = Command::new(&exe);
+        cmd.env_remove("CUHOOK_DISABLE")
+            .env_remove("CUHOOK_REPORT")
+            .env_remove("CUHOOK_TRACE");
+        if let Some(lib) = &preload {
+            cmd.env("LD_PRELOAD", lib);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "3",
+            "first descriptor with LD_PRELOAD={preload:?}"
+        );
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
