@@ -100,3 +100,20 @@ def test_the_command_has_the_rust_cli_subcommands():
     bad = run([CONSOLE, "no-such-subcommand"])
     assert bad.returncode != 0 and bad.returncode == run(
         [cuhook._native.BUNDLED_CLI, "no-such-subcommand"]).returncode
+
+
+
+def test_a_copy_loaded_by_a_host_library_is_found_too():
+    # Loaded locally (RTLD_LOCAL, as the dependency of an extension module would be): not in
+    # the global scope, found by its soname. Its constructor installed the hooks.
+    program = (
+        "import ctypes\n"
+        f"ctypes.CDLL({cuhook._native.BUNDLED_LIB!r}, mode=ctypes.RTLD_LOCAL)\n"
+        "import cuhook\n"
+        "print(cuhook.preloaded(), cuhook.installed(), cuhook.library_path())\n"
+    )
+    r = run([sys.executable, "-c", program])
+    assert r.returncode == 0, r.stderr
+    preloaded, installed, path = r.stdout.split()
+    assert (preloaded, installed) == ("True", "True")
+    assert os.path.samefile(path, cuhook._native.BUNDLED_LIB)
