@@ -338,3 +338,116 @@ fn one_symbol_with_two_definitions_is_chained() {
         "a slot stayed patched"
     );
 }
+
+/// `VmSize` of this process, in bytes.
+fn address_space() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+fn set_address_space_limit(bytes: libc::rlim_t) {
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: valid rlimit structs.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_AS, &mut old), 0);
+        let new = libc::rlimit {
+            rlim_cur: bytes.min(old.rlim_max),
+            rlim_max: old.rlim_max,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_AS, &new), 0);
+    }
+}
+
+/// Host memory exhausted (`RLIMIT_AS` just above what the process holds, as `ulimit -v` or a
+/// cgroup leaves it): the registry cannot grow, and the allocations it cannot record go
+/// untracked (counted; lookups find nothing) instead of the host being aborted ("memory
+/// allocation of 524288 bytes failed", SIGABRT, from the `cuMemAlloc_v2` hook). Once memory
+/// is back, new allocations are tracked again.
+#[test]
+fn exhausted_memory_leaves_ranges_untracked_instead_of_aborting() {
+    if cuhook_fixtures::skip_when_cross("qemu-user's own mappings count against the limit") {
+        return;
+    }
+    if in_child(
+        "exhausted_memory_leaves_ranges_untracked_instead_of_aborting",
+        &[],
+    ) {
+        return;
+    }
+    const N: usize = 40_000;
+    let (driver, _runtime) = load_cuda();
+    make_context_current(driver);
+    let mut ptrs = vec![0u64; N];
+    {
+        // The driver's own bookkeeping grown to N ranges first, unhooked (it keeps its room).
+        let alloc: CuMemAlloc = as_fn(program_dlsym(driver, "cuMemAlloc_v2"));
+        let free: CuMemFree = as_fn(program_dlsym(driver, "cuMemFree_v2"));
+        for p in ptrs.iter_mut() {
+            // SAFETY: the fake driver's calls on our own allocations.
+            unsafe { assert_eq!(alloc(p, 256), 0) };
+        }
+        for &p in &ptrs {
+            // SAFETY: as above.
+            unsafe { assert_eq!(free(p), 0) };
+        }
+    }
+    let hooks = cuhook::install().unwrap();
+    let alloc: CuMemAlloc = as_fn(program_dlsym(driver, "cuMemAlloc_v2"));
+    let free: CuMemFree = as_fn(program_dlsym(driver, "cuMemFree_v2"));
+    set_address_space_limit(address_space() + (256 << 10));
+    // Whatever the allocator still holds free is taken too (the driver's warm-up left some).
+    let mut eaten = Vec::with_capacity(1 << 20);
+    for size in [1usize << 16, 1 << 12, 1 << 8] {
+        loop {
+            // SAFETY: plain malloc; every block is freed below.
+            let p = unsafe { libc::malloc(size) };
+            if p.is_null() || eaten.len() == eaten.capacity() {
+                break;
+            }
+            eaten.push(p);
+        }
+    }
+    let mut made = 0;
+    for p in ptrs.iter_mut() {
+        // SAFETY: as above (through the hook).
+        if unsafe { alloc(p, 256) } != 0 {
+            break; // the driver ran out too: as without cuhook
+        }
+        made += 1;
+    }
+    for p in eaten {
+        // SAFETY: blocks from malloc above, freed once.
+        unsafe { libc::free(p) };
+    }
+    set_address_space_limit(libc::RLIM_INFINITY);
+    let stats = cuhook::stats();
+    assert!(
+        stats.untracked > 0,
+        "{made} allocations, none left untracked: the limit never bit ({stats:?})"
+    );
+    assert_eq!(
+        stats.live as u64 + stats.untracked,
+        made as u64,
+        "{stats:?}"
+    );
+    let report = cuhook::report::render();
+    assert!(report.contains("Allocations not tracked"), "{report}");
+    // Memory is back: tracked again.
+    let mut p = 0u64;
+    // SAFETY: as above.
+    unsafe { assert_eq!(alloc(&mut p, 4096), 0) };
+    assert_eq!(cuhook::lookup(p).map(|a| a.size), Some(4096));
+    for &q in ptrs[..made].iter().chain([&p]) {
+        // SAFETY: as above.
+        unsafe { assert_eq!(free(q), 0) };
+    }
+    drop(hooks);
+}

@@ -148,6 +148,7 @@ typedef struct cuhook_stats {
     uint64_t missed_frees;    /* inserts over a live range */
     uint64_t unknown_frees;   /* frees of pointers the registry never held */
     uint64_t failed_frees;    /* frees announced, then refused by the driver */
+    uint64_t untracked;       /* allocations not registered: no memory to record them */
 } cuhook_stats_t;
 /* The registry's counters (of the copy that serves the process). */
 int cuhook_stats(cuhook_stats_t *out);

@@ -169,6 +169,8 @@ class Stats(NamedTuple):
     unknown_frees: int
     """Frees of pointers allocated before the hooks were installed."""
     failed_frees: int
+    untracked: int
+    """Allocations not registered because the memory to record them could not be had."""
     usage: tuple[Usage, ...]
     """Counted from the first :func:`install` (or the preloaded library's report)."""
 
@@ -449,7 +451,9 @@ def stats() -> Stats:
             break
         room = n
     usage = tuple(Usage(_mem_type(r.mem_type), r.device, r.live, r.peak) for r in rows[:n])
-    return Stats(s.live, s.live_bytes, s.missed_frees, s.unknown_frees, s.failed_frees, usage)
+    return Stats(
+        s.live, s.live_bytes, s.missed_frees, s.unknown_frees, s.failed_frees, s.untracked, usage
+    )
 
 
 _c_report = _native.function("cuhook_report")

@@ -59,6 +59,7 @@ class CStats(ctypes.Structure):
         ("missed_frees", c_uint64),
         ("unknown_frees", c_uint64),
         ("failed_frees", c_uint64),
+        ("untracked", c_uint64),
     ]
 
 

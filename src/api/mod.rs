@@ -152,6 +152,7 @@ pub fn stats() -> RegistryStats {
                 missed_frees: s.missed_frees,
                 unknown_frees: s.unknown_frees,
                 failed_frees: s.failed_frees,
+                untracked: s.untracked,
             }
         }
     }

@@ -131,6 +131,7 @@ pub struct CStats {
     pub missed_frees: u64,
     pub unknown_frees: u64,
     pub failed_frees: u64,
+    pub untracked: u64,
 }
 
 /// The registry's counters (of the copy that serves the process).
@@ -154,6 +155,7 @@ pub unsafe extern "C" fn cuhook_stats(out: *mut CStats) -> c_int {
                 missed_frees: s.missed_frees,
                 unknown_frees: s.unknown_frees,
                 failed_frees: s.failed_frees,
+                untracked: s.untracked,
             })
         };
         Ok(CUHOOK_OK)
@@ -749,7 +751,7 @@ pub unsafe extern "C" fn cuhook_queue_close(queue: *mut CQueue) -> c_int {
 // The C layouts of the structs above (`include/cuhook.h`).
 const _: () = {
     use std::mem::{offset_of, size_of};
-    assert!(size_of::<CStats>() == 40);
+    assert!(size_of::<CStats>() == 48);
     assert!(size_of::<CUsage>() == 24 && offset_of!(CUsage, live) == 8);
     assert!(size_of::<CQueuedEvent>() == 80);
     assert!(offset_of!(CQueuedEvent, event) == 64 && offset_of!(CQueuedEvent, tid) == 68);

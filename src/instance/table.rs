@@ -20,8 +20,8 @@ use crate::Error;
 
 /// What the note's descriptor points at starts with these bytes.
 pub(crate) const MAGIC: [u8; 8] = *b"cuhook\0\x01";
-/// Bumped on every change to [`Peer`] or [`Record`].
-pub(crate) const ABI: u32 = 1;
+/// Bumped on every change to [`Peer`], [`Record`] or [`Stats`].
+pub(crate) const ABI: u32 = 2;
 /// The note's type (`n_type`) under the name `cuhook`.
 pub(crate) const NOTE_TYPE: u32 = 0x4b48_4331;
 /// Room for an error message one copy hands another.
@@ -56,6 +56,7 @@ pub(crate) struct Stats {
     pub missed_frees: u64,
     pub unknown_frees: u64,
     pub failed_frees: u64,
+    pub untracked: u64,
 }
 
 /// A subscriber across copies: `callback(record, context)`.
@@ -344,6 +345,7 @@ unsafe extern "C" fn stats(out: *mut Stats) {
                         missed_frees: s.missed_frees,
                         unknown_frees: s.unknown_frees,
                         failed_frees: s.failed_frees,
+                        untracked: s.untracked,
                     })
                 };
             }

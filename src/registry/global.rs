@@ -115,6 +115,10 @@ pub struct RegistryStats {
     /// Frees the driver refused after they were announced (frees are announced while the
     /// registry is attached or a subscriber listens).
     pub failed_frees: u64,
+    /// Allocations not registered because the memory to record them could not be had (the
+    /// host is never aborted for it; lookups of such a range find nothing, classification asks
+    /// the driver).
+    pub untracked: u64,
 }
 
 /// The global registry's counters now. Not inlinable into other crates (see [`global`]).
@@ -126,6 +130,7 @@ pub fn stats() -> RegistryStats {
         missed_frees: global().missed_frees(),
         unknown_frees: UNKNOWN_FREES.load(Ordering::Relaxed),
         failed_frees: FAILED_FREES.load(Ordering::Relaxed),
+        untracked: global().untracked(),
     }
 }
 

@@ -218,6 +218,8 @@ struct Stats {
     len: AtomicUsize,
     live_bytes: AtomicUsize,
     missed: AtomicU64,
+    /// Inserts left undone for lack of memory.
+    untracked: AtomicU64,
 }
 
 // The writer lock begins a cache line (the two blocks before it are 128-byte aligned and sized).
@@ -244,6 +246,7 @@ impl Registry {
                 len: AtomicUsize::new(0),
                 live_bytes: AtomicUsize::new(0),
                 missed: AtomicU64::new(0),
+                untracked: AtomicU64::new(0),
             },
             writer: WriterLock::new(Writer::new()),
         }
@@ -293,5 +296,10 @@ impl Registry {
     /// Ranges overwritten by an insert without having been freed first.
     pub fn missed_frees(&self) -> u64 {
         self.stats.missed.load(Ordering::Relaxed)
+    }
+
+    /// Ranges not registered because the memory to record them could not be had.
+    pub fn untracked(&self) -> u64 {
+        self.stats.untracked.load(Ordering::Relaxed)
     }
 }

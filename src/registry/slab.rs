@@ -74,6 +74,9 @@ pub(super) struct Slab<T> {
     chunks: Vec<NonNull<[T]>>,
     /// Elements of the last chunk handed out so far.
     used: usize,
+    /// Elements carved in all chunks: the free list's capacity is kept at least this, so that
+    /// giving an element back never allocates.
+    carved: usize,
     /// Elements currently handed out (tests check for leaks with it).
     #[cfg(test)]
     live: usize,
@@ -89,6 +92,7 @@ impl<T: Fresh> Slab<T> {
             free: Vec::new(),
             chunks: Vec::new(),
             used: 0,
+            carved: 0,
             #[cfg(test)]
             live: 0,
         }
@@ -109,22 +113,89 @@ impl<T: Fresh> Slab<T> {
         }
     }
 
-    /// A fresh element from the last chunk, adding a chunk when it is full.
+    /// Like [`Slab::alloc`], but `None` when a chunk would have to be added and the memory
+    /// for it cannot be had (the hooks' pool case: the range then goes untracked instead of the
+    /// process being aborted).
+    #[inline]
+    pub(super) fn try_alloc(&mut self) -> Option<Ptr<T>> {
+        if self.free.is_empty() && !self.has_carvable() && !self.add_chunk() {
+            return None;
+        }
+        Some(self.alloc())
+    }
+
+    /// Whether `n` elements can be handed out without allocating, adding a chunk if needed;
+    /// false when its memory cannot be had. An edit that asks first never aborts the process
+    /// for lack of memory.
+    pub(super) fn spare(&mut self, n: usize) -> bool {
+        self.available() >= n || (self.add_chunk() && self.available() >= n)
+    }
+
+    fn available(&self) -> usize {
+        let cap = self.chunks.last().map_or(0, |c| c.len());
+        self.free.len() + (cap - self.used)
+    }
+
+    fn has_carvable(&self) -> bool {
+        self.chunks.last().is_some_and(|c| self.used < c.len())
+    }
+
+    /// A fresh element from the last chunk, adding a chunk when it is full (aborting, as any
+    /// allocation failure does, when even that fails: callers that cannot afford it ask
+    /// [`Slab::spare`] first).
     #[inline(never)]
     fn carve(&mut self) -> Ptr<T> {
-        let cap = self.chunks.last().map_or(0, |c| c.len());
-        if self.used == cap {
-            let max = (MAX_CHUNK_BYTES / core::mem::size_of::<T>().max(1)).clamp(1, MAX_CHUNK);
-            let n = (cap * 2).clamp(FIRST_CHUNK.min(max), max);
-            let chunk: Box<[T]> = (0..n).map(|_| T::fresh()).collect();
-            self.chunks.push(NonNull::from(Box::leak(chunk)));
-            self.used = 0;
+        if !self.has_carvable() && !self.add_chunk() {
+            std::alloc::handle_alloc_error(std::alloc::Layout::new::<T>());
         }
         let chunk = *self.chunks.last().expect("a chunk was just ensured");
         // SAFETY: `used < chunk.len()`, so the offset stays inside the chunk allocation.
         let p = unsafe { chunk.cast::<T>().add(self.used) };
         self.used += 1;
         Ptr(p)
+    }
+
+    /// Add a chunk (twice the last, bounded), giving what is left of the last one to the free
+    /// list; false, changing nothing that matters, when the memory cannot be had.
+    #[cold]
+    fn add_chunk(&mut self) -> bool {
+        let cap = self.chunks.last().map_or(0, |c| c.len());
+        let max = (MAX_CHUNK_BYTES / core::mem::size_of::<T>().max(1)).clamp(1, MAX_CHUNK);
+        let n = (cap * 2).clamp(FIRST_CHUNK.min(max), max);
+        let Ok(layout) = std::alloc::Layout::array::<T>(n) else {
+            return false;
+        };
+        // Room first, so that nothing below can fail half-way: the chunk's entry, and a free
+        // list that can hold every element ever carved.
+        if self.chunks.try_reserve(1).is_err()
+            || self
+                .free
+                .try_reserve((self.carved + n).saturating_sub(self.free.len()))
+                .is_err()
+        {
+            return false;
+        }
+        // SAFETY: a non-zero size (n >= 1 elements of a non-zero-sized T).
+        let raw = unsafe { std::alloc::alloc(layout) }.cast::<T>();
+        let Some(first) = NonNull::new(raw) else {
+            return false;
+        };
+        for i in 0..n {
+            // SAFETY: inside the fresh allocation of `n` elements, each written once.
+            unsafe { first.add(i).write(T::fresh()) };
+        }
+        // What is left of the last chunk would never be handed out: into the free list
+        // (within the capacity reserved above).
+        if let Some(last) = self.chunks.last() {
+            for i in self.used..last.len() {
+                // SAFETY: an element of the last chunk, never handed out.
+                self.free.push(Ptr(unsafe { last.cast::<T>().add(i) }));
+            }
+        }
+        self.chunks.push(NonNull::slice_from_raw_parts(first, n));
+        self.carved += n;
+        self.used = 0;
+        true
     }
 
     /// Returns an element for reuse. Readers may still be reading it; they will fail validation.

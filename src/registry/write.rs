@@ -10,7 +10,7 @@ use core::ptr::NonNull;
 use super::level::{Level, Piece};
 use super::record::Record;
 use super::slab::{Ptr, Slab};
-use super::table::{index, slot_of, target, Bucket, Table, Top, EMPTY, LEAF, REC};
+use super::table::{index, slot_of, target, Bucket, Table, Top, EMPTY, LEAF, LEVELS, REC};
 use super::{Allocation, InsertOutcome, Registry, Removed};
 
 /// Writer state, under the lock.
@@ -127,6 +127,18 @@ impl Writer {
         }
     }
 
+    /// Whether an insert's edit can take what it needs without allocating: records for the
+    /// range and the pieces of the ones it cuts, tables down both edges of its span, a few
+    /// buckets, and room in the lists it fills. An edit that needs more (a granule shared by
+    /// many ranges) still allocates as it goes.
+    fn spare_for_insert(&mut self) -> bool {
+        self.recs.spare(3)
+            && self.tables.spare(2 * LEVELS + 1)
+            && self.buckets.spare(4)
+            && self.hits.try_reserve(16).is_ok()
+            && self.granule.try_reserve(16).is_ok()
+    }
+
     /// Bytes in live ranges, saturated at `usize::MAX`.
     #[inline(always)]
     fn live_bytes(&self) -> usize {
@@ -184,9 +196,10 @@ impl Writer {
         }
         let hi = a.start.checked_add(a.size - 1)?;
         let leaf = self.pool_granule(a.start, hi)?;
+        // No memory for a record: the general path, which asks first, counts it untracked.
+        let p = self.recs.try_alloc()?;
         self.next_seq += 1;
         let seq = self.next_seq;
-        let p = self.recs.alloc();
         rec(p).store(&Allocation { seq, ..*a });
         leaf.replace(index(LEAF, a.start), EMPTY, slot_of(p, REC));
         self.count += 1;
@@ -339,6 +352,14 @@ impl Registry {
         a.size = last - a.start + 1;
         let w = &mut *guard;
         if !w.open {
+            return InsertOutcome::default();
+        }
+        // Everything the edit may take, asked for before anything changes: without the memory
+        // for it the range goes untracked (counted; lookups do not find it, the driver is asked
+        // instead) rather than the host being aborted, and the next insert tries again.
+        if !w.spare_for_insert() {
+            drop(guard);
+            self.stats.untracked.fetch_add(1, Ordering::Relaxed);
             return InsertOutcome::default();
         }
         w.next_seq += 1;

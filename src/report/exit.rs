@@ -85,6 +85,7 @@ pub fn render() -> String {
         unknown_frees: rs.unknown_frees,
         missed_frees: rs.missed_frees,
         failed_frees: rs.failed_frees,
+        untracked: rs.untracked,
     };
     summary.write(&mut r);
 

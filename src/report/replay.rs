@@ -192,6 +192,7 @@ impl Replay {
             unknown_frees: self.unknown_frees,
             missed_frees: self.missed_frees,
             failed_frees: 0,
+            untracked: 0,
         }
     }
 }

@@ -44,6 +44,8 @@ pub struct Summary {
     pub missed_frees: u64,
     /// Frees the driver refused after they were announced.
     pub failed_frees: u64,
+    /// Allocations not registered for lack of memory to record them.
+    pub untracked: u64,
 }
 
 /// `n` bytes in the largest binary unit that keeps it at or above 1.
@@ -144,6 +146,13 @@ impl Summary {
             "Missed frees (a live range allocated over again): {}",
             self.missed_frees
         );
+        if self.untracked > 0 {
+            let _ = writeln!(
+                r,
+                "Allocations not tracked (no memory to record them; lookups ask the driver): {}",
+                self.untracked
+            );
+        }
         if self.failed_frees > 0 {
             let _ = writeln!(
                 r,
