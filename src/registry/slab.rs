@@ -128,7 +128,13 @@ impl<T: Fresh> Slab<T> {
     /// false when its memory cannot be had. An edit that asks first never aborts the process
     /// for lack of memory.
     pub(super) fn spare(&mut self, n: usize) -> bool {
-        self.available() >= n || (self.add_chunk() && self.available() >= n)
+        // Chunks double, so this ends (small chunks under loom and Miri need several).
+        while self.available() < n {
+            if !self.add_chunk() {
+                return false;
+            }
+        }
+        true
     }
 
     fn available(&self) -> usize {
