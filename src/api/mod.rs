@@ -140,20 +140,13 @@ pub fn stats() -> RegistryStats {
     match instance::route() {
         Route::Own => registry::stats(),
         Route::Other(peer) => {
-            let mut s = instance::Stats::default();
+            let mut s = RegistryStats::default();
             // SAFETY: the table's contract: a writable out-parameter.
             #[allow(unsafe_code)]
             unsafe {
                 (peer.stats)(&mut s)
             };
-            RegistryStats {
-                live: s.live,
-                live_bytes: s.live_bytes,
-                missed_frees: s.missed_frees,
-                unknown_frees: s.unknown_frees,
-                failed_frees: s.failed_frees,
-                untracked: s.untracked,
-            }
+            s
         }
     }
 }

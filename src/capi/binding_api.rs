@@ -122,17 +122,8 @@ pub unsafe extern "C" fn cuhook_live(out: *mut CMemInfo, capacity: usize) -> isi
     }) as isize
 }
 
-/// `cuhook_stats_t`: the registry's counters.
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-pub struct CStats {
-    pub live: usize,
-    pub live_bytes: usize,
-    pub missed_frees: u64,
-    pub unknown_frees: u64,
-    pub failed_frees: u64,
-    pub untracked: u64,
-}
+/// `cuhook_stats_t`: the registry's counters (the Rust struct has the C layout).
+pub type CStats = crate::registry::RegistryStats;
 
 /// The registry's counters (of the copy that serves the process).
 ///
@@ -146,18 +137,8 @@ pub unsafe extern "C" fn cuhook_stats(out: *mut CStats) -> c_int {
                 what: "out is NULL",
             });
         }
-        let s = crate::stats();
         // SAFETY: non-null and writable (contract).
-        unsafe {
-            out.write(CStats {
-                live: s.live,
-                live_bytes: s.live_bytes,
-                missed_frees: s.missed_frees,
-                unknown_frees: s.unknown_frees,
-                failed_frees: s.failed_frees,
-                untracked: s.untracked,
-            })
-        };
+        unsafe { out.write(crate::stats()) };
         Ok(CUHOOK_OK)
     })
 }

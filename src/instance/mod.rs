@@ -23,7 +23,7 @@ mod table;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-pub(crate) use table::{Peer, Record, Stats, MESSAGE};
+pub(crate) use table::{Peer, Record, MESSAGE};
 
 use crate::log::Level;
 

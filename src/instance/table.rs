@@ -14,13 +14,13 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 
 use crate::events::{self, Callback, EventKind, MemEvent, MemType};
-use crate::registry::{self, Allocation};
+use crate::registry::{self, Allocation, RegistryStats};
 use crate::sys::boundary::guarded;
 use crate::Error;
 
 /// What the note's descriptor points at starts with these bytes.
 pub(crate) const MAGIC: [u8; 8] = *b"cuhook\0\x01";
-/// Bumped on every change to [`Peer`], [`Record`] or [`Stats`].
+/// Bumped on every change to [`Peer`], [`Record`] or [`RegistryStats`].
 pub(crate) const ABI: u32 = 2;
 /// The note's type (`n_type`) under the name `cuhook`.
 pub(crate) const NOTE_TYPE: u32 = 0x4b48_4331;
@@ -45,18 +45,6 @@ pub(crate) struct Record {
     /// A NUL-terminated name in the sending copy's object (pinned by the receiver).
     pub api: *const c_char,
     pub seq: u64,
-}
-
-/// Counters of the registry, as copies exchange them.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Stats {
-    pub live: usize,
-    pub live_bytes: usize,
-    pub missed_frees: u64,
-    pub unknown_frees: u64,
-    pub failed_frees: u64,
-    pub untracked: u64,
 }
 
 /// A subscriber across copies: `callback(record, context)`.
@@ -89,7 +77,7 @@ pub(crate) struct Peer {
     /// Remove a subscription; afterwards its callback runs on no thread.
     pub unsubscribe: unsafe extern "C" fn(id: u64, message: *mut c_char) -> c_int,
     /// The registry's counters.
-    pub stats: unsafe extern "C" fn(out: *mut Stats),
+    pub stats: unsafe extern "C" fn(out: *mut RegistryStats),
 }
 
 impl std::fmt::Debug for Peer {
@@ -332,22 +320,12 @@ unsafe extern "C" fn unsubscribe(id: u64, message: *mut c_char) -> c_int {
     })
 }
 
-unsafe extern "C" fn stats(out: *mut Stats) {
+unsafe extern "C" fn stats(out: *mut RegistryStats) {
     guarded(
         || {
-            let s = registry::stats();
             if !out.is_null() {
                 // SAFETY: a writable out-parameter.
-                unsafe {
-                    out.write(Stats {
-                        live: s.live,
-                        live_bytes: s.live_bytes,
-                        missed_frees: s.missed_frees,
-                        unknown_frees: s.unknown_frees,
-                        failed_frees: s.failed_frees,
-                        untracked: s.untracked,
-                    })
-                };
+                unsafe { out.write(registry::stats()) };
             }
         },
         || (),

@@ -100,7 +100,9 @@ pub fn note_failed_free() {
     FAILED_FREES.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Counters for reports.
+/// Counters for reports. `repr(C)`: the same struct is `cuhook_stats_t` of the C API and what
+/// one copy of cuhook hands another.
+#[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RegistryStats {
     /// Ranges registered now.
