@@ -76,7 +76,7 @@ class CQueueStats(ctypes.Structure):
 
 
 assert ctypes.sizeof(MemInfo) == 72 and ctypes.sizeof(QueuedEvent) == 80
-assert ctypes.sizeof(CStats) == 40 and ctypes.sizeof(CUsage) == 24
+assert ctypes.sizeof(CStats) == 48 and ctypes.sizeof(CUsage) == 24
 
 # name: (restype, argtypes)
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
