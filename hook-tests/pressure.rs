@@ -188,9 +188,30 @@ struct Seen {
 /// `app_plugin libcov_plugin.so` (a program that dlopens a plugin which allocates through its
 /// own driver imports) with `preload`.
 fn run_plugin_app(preload: &[std::path::PathBuf]) -> Seen {
+    run_plugin_app_with(preload, &[], None)
+}
+
+/// [`run_plugin_app`] with `env` added, under `runner` (valgrind, say) when given.
+fn run_plugin_app_with(
+    preload: &[std::path::PathBuf],
+    env: &[(&str, String)],
+    runner: Option<&[&str]>,
+) -> Seen {
     let dir = common::fixtures_dir();
     let preload: Vec<String> = preload.iter().map(|p| p.display().to_string()).collect();
-    let out = std::process::Command::new(dir.join("app_plugin"))
+    let app = dir.join("app_plugin");
+    let mut cmd = match runner {
+        Some([program, args @ ..]) => {
+            let mut c = std::process::Command::new(program);
+            c.args(args).arg(&app);
+            c
+        }
+        _ => std::process::Command::new(&app),
+    };
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd
         .arg(dir.join("libcov_plugin.so"))
         .env("LD_LIBRARY_PATH", &dir)
         .env("LD_PRELOAD", preload.join(":"))
@@ -450,4 +471,70 @@ fn exhausted_memory_leaves_ranges_untracked_instead_of_aborting() {
         unsafe { assert_eq!(free(q), 0) };
     }
     drop(hooks);
+}
+
+/// Hosts that were already fine, kept so (issue 40): another allocator preloaded before or after
+/// libcuhook.so (jemalloc, tcmalloc, where installed), eager and frozen binding (`LD_BIND_NOW`,
+/// `LD_BIND_NOT`), an `LD_AUDIT` module, and valgrind's memcheck around the whole process: each
+/// host runs, and cuhook counts exactly what it counts alone.
+#[test]
+fn hosts_that_were_fine_stay_fine() {
+    if cuhook_fixtures::skip_when_cross("the host's allocators and valgrind are not aarch64") {
+        return;
+    }
+    let cuhook = common::libcuhook();
+    let plain = run_plugin_app(std::slice::from_ref(&cuhook));
+    let same = |seen: Seen, what: &str| {
+        assert_eq!(seen.allocs, plain.allocs, "{what}: allocations");
+        assert_eq!(seen.frees, plain.frees, "{what}: frees");
+        assert!(!seen.unpatched, "{what}: a slot was left unpatched");
+    };
+    for allocator in [
+        "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+        "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+    ] {
+        let allocator = std::path::PathBuf::from(allocator);
+        if !allocator.exists() {
+            eprintln!("skipped: {} is not installed", allocator.display());
+            continue;
+        }
+        for order in [[&allocator, &cuhook], [&cuhook, &allocator]] {
+            let seen = run_plugin_app(&[order[0].clone(), order[1].clone()]);
+            same(seen, &format!("LD_PRELOAD {order:?}"));
+        }
+    }
+    for (k, v) in [("LD_BIND_NOW", "1"), ("LD_BIND_NOT", "1")] {
+        let seen = run_plugin_app_with(std::slice::from_ref(&cuhook), &[(k, v.to_owned())], None);
+        same(seen, k);
+    }
+    let audit = common::fixtures_dir().join("libaudit_count.so");
+    let env = [("LD_AUDIT", audit.display().to_string())];
+    same(
+        run_plugin_app_with(std::slice::from_ref(&cuhook), &env, None),
+        "LD_AUDIT",
+    );
+    if std::process::Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        // glibc's loader compares `$ORIGIN`-style tokens with a word-at-a-time `strncmp` that
+        // reads the aligned word past a short string's end (harmless, never past its page);
+        // memcheck flags it whenever `dlinfo(RTLD_DI_SERINFO)` expands a RUNPATH, which the
+        // `dlopen` interposer asks for a bare name from a caller that has one.
+        let supp = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("glibc-ld.supp");
+        std::fs::write(
+            &supp,
+            "{\n  glibc-ld-strncmp-word-read\n  Memcheck:Addr8\n  fun:strncmp\n  fun:is_dst\n}\n",
+        )
+        .unwrap();
+        let supp = format!("--suppressions={}", supp.display());
+        let memcheck: &[&str] = &["valgrind", "-q", "--error-exitcode=97", &supp];
+        same(
+            run_plugin_app_with(std::slice::from_ref(&cuhook), &[], Some(memcheck)),
+            "valgrind memcheck",
+        );
+    } else {
+        eprintln!("skipped: valgrind is not installed");
+    }
 }
