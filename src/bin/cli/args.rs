@@ -31,6 +31,23 @@ pub fn usage_error(program: &str, sub: &str, e: lexopt::Error) -> i32 {
     super::USAGE_ERROR
 }
 
+/// The options of `cuhook SUB` as its parser read them: `Ok(options)` to go on, or `Err(status)`
+/// once the help was printed (`Ok(None)` from the parser: 0) or a usage error reported.
+pub fn options_or_exit<T>(
+    parsed: Result<Option<T>, lexopt::Error>,
+    sub: &str,
+    help: &str,
+) -> Result<T, i32> {
+    match parsed {
+        Ok(Some(options)) => Ok(options),
+        Ok(None) => {
+            print!("{help}");
+            Err(0)
+        }
+        Err(e) => Err(usage_error("cuhook", sub, e)),
+    }
+}
+
 /// For a subcommand that takes no argument: `Ok(true)` when `--help` was asked for,
 /// `Ok(false)` when there was nothing, the first stray argument or option otherwise.
 pub fn only_help(args: Vec<OsString>) -> Result<bool, lexopt::Error> {

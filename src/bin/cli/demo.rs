@@ -113,13 +113,9 @@ fn print_trace(path: &Path) {
 }
 
 pub fn main(args: Vec<OsString>) -> i32 {
-    let opts = match parse(args) {
-        Ok(Some(o)) => o,
-        Ok(None) => {
-            print!("{HELP}");
-            return 0;
-        }
-        Err(e) => return super::args::usage_error("cuhook", "demo", e),
+    let opts = match super::args::options_or_exit(parse(args), "demo", HELP) {
+        Ok(o) => o,
+        Err(status) => return status,
     };
     let lib = match super::library::find(opts.lib.as_deref()) {
         Ok(l) => l,

@@ -233,13 +233,9 @@ fn close(pid: usize, tid: i64, ts: &str, id: u64, api: &str, how: &str) -> Strin
 }
 
 pub fn main(args: Vec<OsString>) -> i32 {
-    let opts = match parse(args) {
-        Ok(Some(o)) => o,
-        Ok(None) => {
-            print!("{HELP}");
-            return 0;
-        }
-        Err(e) => return super::args::usage_error("cuhook", "export", e),
+    let opts = match super::args::options_or_exit(parse(args), "export", HELP) {
+        Ok(o) => o,
+        Err(status) => return status,
     };
     let mut lanes = Vec::new();
     for path in &opts.traces {

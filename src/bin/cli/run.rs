@@ -336,13 +336,9 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 }
 
 pub fn main(args: Vec<OsString>) -> i32 {
-    let opts = match parse(args) {
-        Ok(Some(o)) => o,
-        Ok(None) => {
-            print!("{HELP}");
-            return 0;
-        }
-        Err(e) => return super::args::usage_error("cuhook", "run", e),
+    let opts = match super::args::options_or_exit(parse(args), "run", HELP) {
+        Ok(o) => o,
+        Err(status) => return status,
     };
     let lib = match library::find(opts.lib.as_deref()) {
         Ok(l) => l,

@@ -115,13 +115,9 @@ pub fn read_traces(program: &str, mut paths: Vec<PathBuf>) -> Result<model::Mode
 }
 
 pub fn main(args: Vec<OsString>) -> i32 {
-    let opts = match parse(args) {
-        Ok(Some(o)) => o,
-        Ok(None) => {
-            print!("{HELP}");
-            return 0;
-        }
-        Err(e) => return super::args::usage_error("cuhook", "view", e),
+    let opts = match super::args::options_or_exit(parse(args), "view", HELP) {
+        Ok(o) => o,
+        Err(status) => return status,
     };
     let model = match read_traces("cuhook view", opts.traces) {
         Ok(m) => m,
