@@ -5,29 +5,22 @@
 //! `cuhook_uninstall` did this: a Rust guard's uninstall left every range registered.)
 
 mod common;
+mod support;
 
-use std::ffi::{c_void, CString};
+use support::*;
+
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// The tests install and detach process-wide state: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-type CuInit = unsafe extern "C" fn(u32) -> i32;
-type CuDeviceGet = unsafe extern "C" fn(*mut i32, i32) -> i32;
-type CuPrimaryRetain = unsafe extern "C" fn(*mut *mut c_void, i32) -> i32;
-type CuCtxSetCurrent = unsafe extern "C" fn(*mut c_void) -> i32;
-type CuMemAlloc = unsafe extern "C" fn(*mut u64, usize) -> i32;
-type CuMemFree = unsafe extern "C" fn(u64) -> i32;
-
 /// `name` from the fake driver, looked up after install with this program's own `dlsym`: the
 /// program contains cuhook and is patched like any other object, so a hooked name's answer is
 /// the hook.
 fn sym<T: Copy>(driver: *mut c_void, name: &str) -> T {
-    let c = CString::new(name).unwrap();
-    // SAFETY: a live handle and a NUL-terminated name.
-    let p = unsafe { libc::dlsym(driver, c.as_ptr()) };
-    assert!(!p.is_null(), "{name} missing from the fake driver");
+    let p = program_dlsym(driver, name);
     if cuhook::hook_table().iter().any(|h| h.symbol == name) {
         assert_ne!(
             p,
@@ -35,65 +28,20 @@ fn sym<T: Copy>(driver: *mut c_void, name: &str) -> T {
             "{name}: this program's dlsym gave no hook"
         );
     }
-    assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<*mut c_void>());
-    // SAFETY: `T` is the function-pointer type of `name`'s C signature.
-    unsafe { std::mem::transmute_copy(&p) }
-}
-
-/// The loader's own `dlsym`, taken before any test installs (the program's slot is patched
-/// while installed).
-fn raw_dlsym() -> unsafe extern "C" fn(*mut c_void, *const std::ffi::c_char) -> *mut c_void {
-    static RAW: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let p = *RAW.get_or_init(|| {
-        // SAFETY: a NUL-terminated name; called from `load_driver`, before any install.
-        unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"dlsym".as_ptr()) as usize }
-    });
-    // SAFETY: the address of glibc's dlsym.
-    unsafe { std::mem::transmute(p) }
+    as_fn(p)
 }
 
 /// `name` as the driver defines it (no hook).
 fn real(driver: *mut c_void, name: &str) -> *mut c_void {
-    let c = CString::new(name).unwrap();
-    // SAFETY: a live handle and a NUL-terminated name.
-    let p = unsafe { raw_dlsym()(driver, c.as_ptr()) };
+    let p = defined(driver, name);
     assert!(!p.is_null(), "{name} missing from the fake driver");
     p
 }
 
 /// The fake driver, loaded globally (once per process; later calls return the same handle).
 fn load_driver() -> *mut c_void {
-    raw_dlsym();
-    let path = common::fixtures_dir().join("libcuda.so.1");
-    let path = CString::new(path.to_str().unwrap()).unwrap();
-    // SAFETY: loading the fake driver fixture.
-    let driver = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-    assert!(!driver.is_null(), "the fake driver did not load");
-    driver
-}
-
-/// Initialise the driver and make device 0's primary context current, through the hooks (the
-/// CUDA set must be installed).
-fn make_context_current(driver: *mut c_void) {
-    let (init, device_get, retain, set_current): (
-        CuInit,
-        CuDeviceGet,
-        CuPrimaryRetain,
-        CuCtxSetCurrent,
-    ) = (
-        sym(driver, "cuInit"),
-        sym(driver, "cuDeviceGet"),
-        sym(driver, "cuDevicePrimaryCtxRetain"),
-        sym(driver, "cuCtxSetCurrent"),
-    );
-    let (mut dev, mut ctx) = (0, std::ptr::null_mut());
-    // SAFETY: the fake driver's entry points (through cuhook's hooks) with valid out-pointers.
-    unsafe {
-        assert_eq!(init(0), 0);
-        assert_eq!(device_get(&mut dev, 0), 0);
-        assert_eq!(retain(&mut ctx, dev), 0);
-        assert_eq!(set_current(ctx), 0);
-    }
+    raw_dlsym(); // before any test installs
+    open(&common::fixtures_dir().join("libcuda.so.1"))
 }
 
 #[test]

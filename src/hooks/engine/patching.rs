@@ -361,39 +361,35 @@ impl State {
                     (!ours).then(|| hook.chain_for(bound)).flatten()
                 })
                 .flatten();
-            if let Some(replacement) = chained {
-                self.dirty = true;
-                self.diag.chained_slots += 1;
-                plans.push(Plan {
-                    set_id,
-                    object: i,
-                    hook,
-                    slot,
-                    expected: value,
-                    original: bound,
-                    replacement,
-                });
-                continue;
-            }
-            if bound != original || bound == 0 {
-                let c = Conflict {
-                    object: idx.object.display_name().to_owned(),
-                    symbol: symbol.to_owned(),
-                    address: slot.address,
-                    bound_to: bound,
-                    original,
-                };
-                push_bounded(&mut self.diag.conflicts, c);
-                continue;
-            }
+            // What the slot gets, and what that calls: the hook and its original, or a chain
+            // and what the slot held.
+            let (calls, replacement) = match chained {
+                Some(replacement) => {
+                    self.dirty = true;
+                    self.diag.chained_slots += 1;
+                    (bound, replacement)
+                }
+                None if bound != original || bound == 0 => {
+                    let c = Conflict {
+                        object: idx.object.display_name().to_owned(),
+                        symbol: symbol.to_owned(),
+                        address: slot.address,
+                        bound_to: bound,
+                        original,
+                    };
+                    push_bounded(&mut self.diag.conflicts, c);
+                    continue;
+                }
+                None => (original, hook.replacement),
+            };
             plans.push(Plan {
                 set_id,
                 object: i,
                 hook,
                 slot,
                 expected: value,
-                original,
-                replacement: hook.replacement,
+                original: calls,
+                replacement,
             });
         }
         // Publish the original before any slot can route a call to the replacement.
