@@ -208,7 +208,13 @@ pub fn purge_before(api: &'static CStr, pred: impl Fn(&Allocation) -> bool) -> P
         |a| a.flags & flags::VMM == 0 && pred(a),
         |a| {
             events::list().dispatch(&free_event(api, &a, a.start, a.size, flags::PURGED, 0));
-            purged.push(a);
+            // Kept to be put back if the driver refuses; without the memory to keep it, a
+            // refusal leaves it out of the registry, counted untracked.
+            if purged.try_reserve(1).is_ok() {
+                purged.push(a);
+            } else {
+                registry::note_untracked();
+            }
         },
     );
     Pending::Purged(ManuallyDrop::new(purged))

@@ -1,5 +1,5 @@
 //! The writer's side of the page table: linking a range's slots, rewriting the slots of a range
-//! that is trimmed, split or removed, and collecting the ranges in a span. Runs under the writer
+//! that is trimmed, split or removed, and finding the ranges in a span. Runs under the writer
 //! lock only.
 //!
 //! Every change a reader can see is one slot store, made after everything it points to is
@@ -13,7 +13,7 @@ use crate::atomics::{AtomicUsize, Ordering::Relaxed, Ordering::Release};
 
 use super::level::{Level, Piece};
 use super::record::Record;
-use super::slab::Ptr;
+use super::slab::{room, Ptr};
 use super::table::{
     index, ptr_of, slot_of, tag, target, Bucket, Table, BUCKET, BUCKET_CAP, EMPTY, LEAF, NEAR, REC,
     SHIFT, TAB,
@@ -184,6 +184,7 @@ impl Writer {
         match (tag(cur), remove, add) {
             (REC, None, &[r]) => {
                 let chain = self.chain(&[ptr_of(cur), r]);
+                self.widest = self.widest.max(2);
                 at.set(i, slot_of(chain, BUCKET));
                 return;
             }
@@ -196,6 +197,15 @@ impl Writer {
             }
             _ => {}
         }
+        // A new chain needs room for the list and its buckets. A removal can do without (the
+        // host's memory is exhausted): it edits the chain in place instead. Edits that add
+        // ranges had their room reserved by their caller (`Writer::room_for_edit`).
+        if let (Some(r), []) = (remove, add) {
+            if !self.room_for_chain() {
+                self.forget_in_place(at, i, cur, r);
+                return;
+            }
+        }
         let mut list = core::mem::take(&mut self.granule);
         list.clear();
         match tag(cur) {
@@ -207,6 +217,7 @@ impl Writer {
             list.retain(|&p| p != r);
         }
         list.extend_from_slice(add);
+        self.widest = self.widest.max(list.len());
         let v = match list.len() {
             0 => EMPTY,
             1 => slot_of(list[0], REC),
@@ -217,6 +228,51 @@ impl Writer {
             self.free_chain(ptr_of(cur));
         }
         self.granule = list;
+    }
+
+    /// Takes `r` out of granule slot `i` (value `cur`) without allocating: the slot empties or
+    /// names the one range left, or the chain loses `r`'s entry in place.
+    #[cold]
+    fn forget_in_place(&mut self, at: Level<'_>, i: usize, cur: usize, r: Ptr<Record>) {
+        #[cfg(all(test, not(loom)))]
+        super::slab::IN_PLACE.set(super::slab::IN_PLACE.get() + 1);
+        match tag(cur) {
+            REC if ptr_of::<Record>(cur) == r => at.set(i, EMPTY),
+            BUCKET => {
+                let head = target::<Bucket>(cur);
+                let mut left = 0;
+                let mut one = None;
+                chain_any(head, |p| {
+                    if p != r {
+                        left += 1;
+                        one = Some(p);
+                    }
+                    left > 1
+                });
+                match (left, one) {
+                    (0, _) => at.set(i, EMPTY),
+                    (1, Some(p)) => at.set(i, slot_of(p, REC)),
+                    _ => {
+                        let mut b = Some(head);
+                        while let Some(bucket) = b {
+                            bucket.forget(r);
+                            b = Ptr::new(bucket.next.load(Relaxed))
+                                .map(|p| target::<Bucket>(slot_of(p, BUCKET)));
+                        }
+                        return;
+                    }
+                }
+                self.free_chain(ptr_of(cur));
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether a granule's new chain can be built without aborting: room in the list for the
+    /// widest granule so far plus the two ranges an edit may add, and buckets for it.
+    pub(super) fn room_for_chain(&mut self) -> bool {
+        let n = self.widest + 2;
+        room(&mut self.granule, n) && self.buckets.spare(n.div_ceil(BUCKET_CAP))
     }
 
     /// A new chain of buckets listing `recs`.
@@ -238,27 +294,42 @@ impl Writer {
         }
     }
 
-    /// Appends every record linked below `at` in `[lo, hi]` to `out` (with repeats, and with
-    /// ranges of shared granules that may not meet the span).
-    pub(super) fn collect(at: Level<'_>, lo: usize, hi: usize, out: &mut Vec<Ptr<Record>>) {
+    /// The range with the lowest start among those meeting `[lo, hi]` below `at`. Visits slots
+    /// in address order and stops at the first that names one: ranges are disjoint, so none in
+    /// a later slot starts earlier. Allocates nothing, so every walk of the writer (removals,
+    /// purges, clears, snapshots) goes from range to range with it.
+    pub(super) fn first_meeting(at: Level<'_>, lo: usize, hi: usize) -> Option<Ptr<Record>> {
+        let meets = |p: Ptr<Record>| {
+            let (s, l) = target::<Record>(slot_of(p, REC)).span();
+            s <= hi && l >= lo
+        };
         for i in at.span(lo, hi) {
             let cur = at.slots[i].load(Relaxed);
-            match tag(cur) {
-                REC => {
-                    let p = ptr_of(cur);
-                    if out.last() != Some(&p) {
-                        out.push(p);
-                    }
-                }
+            let found = match tag(cur) {
+                REC => Some(ptr_of(cur)).filter(|&p| meets(p)),
                 TAB => {
                     let (blo, _) = at.block(i);
-                    let child = target::<Table>(cur);
-                    Self::collect(Level::child(child, at.level + 1, blo), lo, hi, out);
+                    let child = Level::child(target::<Table>(cur), at.level + 1, blo);
+                    Self::first_meeting(child, lo, hi)
                 }
-                BUCKET => target::<Bucket>(cur).collect(out),
-                _ => {}
+                BUCKET => {
+                    let mut best: Option<(usize, Ptr<Record>)> = None;
+                    chain_any(target::<Bucket>(cur), |p| {
+                        let s = target::<Record>(slot_of(p, REC)).span().0;
+                        if meets(p) && best.is_none_or(|(b, _)| s < b) {
+                            best = Some((s, p));
+                        }
+                        false
+                    });
+                    best.map(|(_, p)| p)
+                }
+                _ => None,
+            };
+            if found.is_some() {
+                return found;
             }
         }
+        None
     }
 
     /// The record linked for `addr`, if a range contains it.

@@ -93,6 +93,14 @@ pub fn note_unknown_free() {
     UNKNOWN_FREES.fetch_add(1, Ordering::Relaxed);
 }
 
+/// A range left out of the registry for lack of memory outside the registry's own edits (a
+/// teardown's list of what to put back if it is refused). Counted with the registry's own.
+#[cold]
+#[inline(never)]
+pub fn note_untracked() {
+    global().stats.untracked.fetch_add(1, Ordering::Relaxed);
+}
+
 /// A free that was announced but then refused by the driver. Not inlinable into other crates
 /// (see [`global`]): the hooks call it.
 #[inline(never)]

@@ -34,6 +34,13 @@
 //!   registry. (Only a signal handler that interrupts a write on the same thread and then writes
 //!   itself can deadlock.) The process-wide registry's lock is taken around `fork()`
 //!   (`global.rs`), so a child never inherits it held.
+//! - **No abort when memory runs out.** Every edit asks for what it will take before it changes
+//!   anything (slab chunks and list room, allocated fallibly), and every walk goes from range to
+//!   range without a list (`Writer::first_meeting`). Without the memory, an insert leaves its
+//!   range untracked, a trim drops the whole range instead of keeping its outer pieces, and a
+//!   removal from a shared granule edits its chain in place (`Bucket::forget`): what is left is
+//!   always true, what is lost is counted ([`Registry::untracked`]), and the next edit tries
+//!   again. `tests/model.rs` runs the model test with a third of its operations starved.
 //!
 //! The B+tree with two latched copies this replaced, and a `RwLock<BTreeMap>`, live on as
 //! baselines in `benches/registry.rs`; `docs/performance.md` has the comparison.
@@ -76,7 +83,7 @@ pub use global::{
     attach, attached, detach, global, note_failed_free, note_unknown_free, replay_existing, stats,
     RegistryStats,
 };
-pub(crate) use global::{attached_hot, hot};
+pub(crate) use global::{attached_hot, hot, note_untracked};
 use table::{Table, Top};
 use write::Writer;
 
@@ -170,7 +177,8 @@ impl Allocation {
 /// What an insert did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct InsertOutcome {
-    /// The new range's sequence number; `None` when nothing was inserted (size 0).
+    /// The new range's sequence number; `None` when nothing was inserted (size 0, the registry
+    /// closed, or no memory to record it: then counted untracked).
     pub seq: Option<u64>,
     /// Live ranges the new one overlapped, each counted as a missed free.
     pub overwritten: usize,
@@ -218,7 +226,7 @@ struct Stats {
     len: AtomicUsize,
     live_bytes: AtomicUsize,
     missed: AtomicU64,
-    /// Inserts left undone for lack of memory.
+    /// Ranges (or pieces of ranges) left out for lack of memory.
     untracked: AtomicU64,
 }
 

@@ -12,6 +12,30 @@
 
 use core::ptr::NonNull;
 
+#[cfg(all(test, not(loom)))]
+std::thread_local! {
+    /// Tests: when set, this thread's writer gets no new memory (chunks, list growth), as a host
+    /// whose `malloc` fails would.
+    pub(super) static STARVED: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+    /// Tests: removals this thread's writer made in place for lack of memory.
+    pub(super) static IN_PLACE: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+}
+
+/// Whether the writer must act as if the memory it asks for could not be had (tests only).
+#[inline(always)]
+pub(super) fn starving() -> bool {
+    #[cfg(all(test, not(loom)))]
+    return STARVED.get();
+    #[allow(unreachable_code)]
+    false
+}
+
+/// Room for `n` more elements in `v`, growing it if needed; false, changing nothing, when the
+/// memory cannot be had. The writer's lists grow through here, never through an aborting `push`.
+pub(super) fn room<T>(v: &mut Vec<T>, n: usize) -> bool {
+    v.capacity() - v.len() >= n || (!starving() && v.try_reserve(n).is_ok())
+}
+
 /// Types that can fill a new chunk.
 pub(super) trait Fresh: Sized {
     fn fresh() -> Self;
@@ -165,6 +189,9 @@ impl<T: Fresh> Slab<T> {
     /// list; false, changing nothing that matters, when the memory cannot be had.
     #[cold]
     fn add_chunk(&mut self) -> bool {
+        if starving() {
+            return false;
+        }
         let cap = self.chunks.last().map_or(0, |c| c.len());
         let max = (MAX_CHUNK_BYTES / core::mem::size_of::<T>().max(1)).clamp(1, MAX_CHUNK);
         let n = (cap * 2).clamp(FIRST_CHUNK.min(max), max);

@@ -155,6 +155,22 @@ impl Bucket {
         }
     }
 
+    /// Writer: takes `r` out of this linked bucket in place (its entry becomes null, which
+    /// readers skip), inside a version bump, so that a reader of the bucket meanwhile retries.
+    /// For a removal that cannot have the memory for a new chain: the chain keeps its length.
+    pub(super) fn forget(&self, r: Ptr<Record>) {
+        let v = self.version.load(Relaxed);
+        self.version.store(v.wrapping_add(1), Relaxed);
+        fence(Release);
+        let n = self.len.load(Relaxed).min(BUCKET_CAP);
+        for slot in &self.recs[..n] {
+            if slot.load(Relaxed) == r.as_mut_ptr() {
+                slot.store(ptr::null_mut(), Relaxed);
+            }
+        }
+        self.version.store(v.wrapping_add(2), Release);
+    }
+
     /// Writer: the records of a chain (read under the writer lock).
     pub(super) fn collect(&self, out: &mut Vec<Ptr<Record>>) {
         let mut b = self;

@@ -10,7 +10,9 @@ use core::ptr::NonNull;
 use super::level::{Level, Piece};
 use super::record::Record;
 use super::slab::{Ptr, Slab};
-use super::table::{index, slot_of, target, Bucket, Table, Top, EMPTY, LEAF, LEVELS, REC};
+use super::table::{
+    index, slot_of, target, Bucket, Table, Top, BUCKET_CAP, EMPTY, LEAF, LEVELS, REC,
+};
 use super::{Allocation, InsertOutcome, Registry, Removed};
 
 /// Writer state, under the lock.
@@ -44,10 +46,11 @@ pub(super) struct Writer {
     pub(super) tables: Slab<Table>,
     pub(super) buckets: Slab<Bucket>,
     missed: u64,
-    /// Ranges an edit touches (scratch).
-    hits: Vec<Ptr<Record>>,
     /// A shared granule's ranges being rebuilt (scratch).
     pub(super) granule: Vec<Ptr<Record>>,
+    /// The most ranges a shared granule has listed: bounds the chain an edit may build, so that
+    /// an edit can ask for its room before it changes anything.
+    pub(super) widest: usize,
     /// The level-1 table readers may start from (`ReadSide::hint`), set when one is linked.
     pub(super) hint: Option<Ptr<Table>>,
     /// The level-3 table readers may start from (`ReadSide::near`), set when one is linked.
@@ -68,26 +71,26 @@ impl Drop for Writer {
     }
 }
 
-/// A top table with every slot empty. Zeroed memory rather than a 512 KiB value on the stack.
+/// A top table with every slot empty, or `None` when its memory cannot be had. Zeroed memory
+/// rather than a 512 KiB value on the stack.
 #[cfg(not(loom))]
-fn new_top() -> NonNull<Top> {
-    let layout = std::alloc::Layout::new::<Top>();
-    // SAFETY: `Top` is all `AtomicUsize`, for which all-zero bytes are valid (EMPTY).
-    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Top>();
-    match NonNull::new(p) {
-        Some(t) => t,
-        None => std::alloc::handle_alloc_error(layout),
+fn new_top() -> Option<NonNull<Top>> {
+    if super::slab::starving() {
+        return None;
     }
+    // SAFETY: `Top` is all `AtomicUsize`, for which all-zero bytes are valid (EMPTY).
+    let p = unsafe { std::alloc::alloc_zeroed(std::alloc::Layout::new::<Top>()) };
+    NonNull::new(p.cast::<Top>())
 }
 
 /// Loom's atomics are not plain integers: build the (small) table as a value.
 #[cfg(loom)]
-fn new_top() -> NonNull<Top> {
+fn new_top() -> Option<NonNull<Top>> {
     use super::table::{EMPTY, TOP_SLOTS};
     use crate::atomics::{atomic_array, AtomicUsize};
-    NonNull::from(Box::leak(Box::new(Top {
+    Some(NonNull::from(Box::leak(Box::new(Top {
         slots: atomic_array![AtomicUsize::new(EMPTY); TOP_SLOTS],
-    })))
+    }))))
 }
 
 /// Frees a table made by [`new_top`].
@@ -117,8 +120,8 @@ impl Writer {
             count: 0,
             live: 0,
             missed: 0,
-            hits: Vec::new(),
             granule: Vec::new(),
+            widest: 0,
             leaf: None,
             hint: None,
             near: None,
@@ -127,16 +130,19 @@ impl Writer {
         }
     }
 
-    /// Whether an insert's edit can take what it needs without allocating: records for the
-    /// range and the pieces of the ones it cuts, tables down both edges of its span, a few
-    /// buckets, and room in the lists it fills. An edit that needs more (a granule shared by
-    /// many ranges) still allocates as it goes.
-    fn spare_for_insert(&mut self) -> bool {
-        self.recs.spare(3)
-            && self.tables.spare(2 * LEVELS + 1)
-            && self.buckets.spare(4)
-            && self.hits.try_reserve(16).is_ok()
-            && self.granule.try_reserve(16).is_ok()
+    /// Whether an edit that links `recs` new records can take everything it needs without
+    /// allocating: the records, tables down both edges of each span it links (its own, and the
+    /// pieces of a range it cuts: four edges), and a new chain at each of those edges. Without
+    /// it the edit does less instead of aborting the host: an insert leaves its range untracked,
+    /// a trim drops the whole range (`cut_one`).
+    fn room_for_edit(&mut self, recs: usize) -> bool {
+        let edges = 2 * recs.min(2);
+        self.recs.spare(recs)
+            && self.tables.spare(edges * LEVELS)
+            && self.room_for_chain()
+            && self
+                .buckets
+                .spare(edges * (self.widest + 2).div_ceil(BUCKET_CAP))
     }
 
     /// Bytes in live ranges, saturated at `usize::MAX`.
@@ -160,12 +166,13 @@ impl Writer {
         )
     }
 
-    /// The top table, allocated (zeroed: every slot empty) and published on first use.
-    fn top<'a>(&mut self, reg: &'a Registry) -> Level<'a> {
+    /// The top table, allocated (zeroed: every slot empty) and published on first use; `None`
+    /// when its memory cannot be had.
+    fn top<'a>(&mut self, reg: &'a Registry) -> Option<Level<'a>> {
         let top = match self.top {
             Some(t) => t,
             None => {
-                let t = new_top();
+                let t = new_top()?;
                 self.top = Some(t);
                 reg.read.top.store(t.as_ptr(), Ordering::Release);
                 t
@@ -173,17 +180,17 @@ impl Writer {
         };
         // SAFETY: owned by this writer, freed only when the registry drops (after `'a`).
         let top: &'a Top = unsafe { top.as_ref() };
-        Level {
+        Some(Level {
             slots: &top.slots,
             used: None,
             level: 0,
             base: 0,
-        }
+        })
     }
 
     /// The top table if there is one (reads need not create it).
     fn top_if_any<'a>(&mut self, reg: &'a Registry) -> Option<Level<'a>> {
-        self.top.is_some().then(|| self.top(reg))
+        self.top.and_then(|_| self.top(reg))
     }
 
     /// The pool case of an insert: `a` (size > 0) lies in one granule of the cached leaf, and
@@ -214,36 +221,17 @@ impl Writer {
         p
     }
 
-    /// Fills `self.hits` with the ranges meeting `[lo, hi]`, in address order.
-    fn find_hits(&mut self, top: Level<'_>, lo: usize, hi: usize) {
-        self.hits.clear();
-        Self::collect(top, lo, hi, &mut self.hits);
-        self.hits.retain(|&p| {
-            let (s, l) = rec(p).span();
-            s <= hi && l >= lo
-        });
-        self.hits.sort_unstable_by_key(|&p| rec(p).span().0);
-        self.hits.dedup();
-    }
-
-    /// Clears `[lo, hi]`: each range meeting it loses those bytes (its outer parts become new
-    /// records, same metadata and seq). Returns (bytes cleared, ranges hit, ranges hit whole);
-    /// pushes the cleared pieces to `gone` when asked. Expects `find_hits` to have run.
-    fn cut(
-        &mut self,
-        top: Level<'_>,
-        lo: usize,
-        hi: usize,
-        gone: &mut dyn FnMut(Allocation),
-    ) -> (usize, usize, usize) {
-        let hits = core::mem::take(&mut self.hits);
-        let mut bytes = 0;
-        let mut whole = 0;
-        for &h in &hits {
-            let old = rec(h).get();
-            let last = old.last();
-            let mut buf: [Piece; 2] = [(h, 0, 0); 2];
-            let mut n = 0;
+    /// Clears `[lo, hi]` from range `h`, which meets it: its parts outside become new records
+    /// (same metadata and seq), or, when their memory cannot be had, go with the rest (never a
+    /// stale byte; they are then counted untracked).
+    fn cut_one(&mut self, top: Level<'_>, lo: usize, hi: usize, h: Ptr<Record>) -> Cut {
+        let old = rec(h).get();
+        let last = old.last();
+        let (from, to) = (old.start.max(lo), last.min(hi));
+        let mut buf: [Piece; 2] = [(h, 0, 0); 2];
+        let mut n = 0;
+        let parts = usize::from(old.start < lo) + usize::from(last > hi);
+        let lost = if parts == 0 || self.room_for_edit(parts) {
             if old.start < lo {
                 let left = Allocation {
                     size: lo - old.start,
@@ -261,21 +249,23 @@ impl Writer {
                 buf[n] = (self.new_record(&right), hi + 1, last);
                 n += 1;
             }
-            let pieces = &buf[..n];
-            self.rewrite(top, old.start, last, h, pieces);
-            self.recs.free(h);
-            self.count = self.count + pieces.len() - 1;
-            whole += usize::from(pieces.is_empty());
-            let (from, to) = (old.start.max(lo), last.min(hi));
-            bytes += to - from + 1;
-            gone(Allocation {
+            (0, 0)
+        } else {
+            (parts, old.size - (to - from + 1))
+        };
+        let pieces = &buf[..n];
+        self.rewrite(top, old.start, last, h, pieces);
+        self.recs.free(h);
+        self.count = self.count + pieces.len() - 1;
+        Cut {
+            cleared: Allocation {
                 start: from,
                 size: to - from + 1,
                 ..old
-            });
+            },
+            whole: parts == 0,
+            lost,
         }
-        self.hits = hits;
-        (bytes, self.hits.len(), whole)
     }
 
     /// Unlinks and frees the whole range of record `p`.
@@ -308,6 +298,16 @@ impl Writer {
         self.count -= 1;
         self.live = self.live.wrapping_sub(size);
     }
+}
+
+/// What [`Writer::cut_one`] did to one range.
+struct Cut {
+    /// The part cleared (inside the span), with the range's metadata.
+    cleared: Allocation,
+    /// Whether that was the whole range.
+    whole: bool,
+    /// Pieces outside the span dropped for lack of memory, and their bytes.
+    lost: (usize, usize),
 }
 
 /// Borrows a record handle (writer side).
@@ -354,33 +354,56 @@ impl Registry {
         if !w.open {
             return InsertOutcome::default();
         }
-        // Everything the edit may take, asked for before anything changes: without the memory
-        // for it the range goes untracked (counted; lookups do not find it, the driver is asked
-        // instead) rather than the host being aborted, and the next insert tries again.
-        if !w.spare_for_insert() {
+        w.next_seq += 1;
+        a.seq = w.next_seq;
+        let Some(top) = w.top(self) else {
+            // No table yet, so nothing in the way either.
             drop(guard);
             self.stats.untracked.fetch_add(1, Ordering::Relaxed);
             return InsertOutcome::default();
-        }
-        w.next_seq += 1;
-        a.seq = w.next_seq;
-        let top = w.top(self);
-        let rec = w.new_record(&a);
-        let (lost, overwritten) = if w.link_fast(top, a.start, last, rec) {
-            (0, 0)
-        } else {
-            w.find_hits(top, a.start, last);
-            let (bytes, hits, _) = if w.hits.is_empty() {
-                (0, 0, 0)
-            } else {
-                w.cut(top, a.start, last, &mut |_| {})
-            };
-            w.link(top, a.start, last, rec);
-            (bytes, hits)
         };
-        w.count += 1;
-        w.live = w.live.wrapping_sub(lost).wrapping_add(a.size);
+        // What the link may take is asked for before anything changes: without that memory the
+        // range goes untracked (counted; lookups do not find it, the driver is asked instead)
+        // rather than the host being aborted, and the next insert tries again.
+        let mut rec = w.room_for_edit(1).then(|| w.new_record(&a));
+        if let Some(r) = rec {
+            if w.link_fast(top, a.start, last, r) {
+                return self.inserted(w, &a, 0);
+            }
+        }
+        // Ranges in the way were freed unseen: each is cut back, one at a time (its pieces
+        // outside the new range stay, or go too when their memory cannot be had), even when the
+        // new range cannot be linked: a stale range must not answer for the new memory.
+        let mut overwritten = 0;
+        while let Some(h) = Writer::first_meeting(top, a.start, last) {
+            let cut = w.cut_one(top, a.start, last, h);
+            self.account(w, &cut);
+            overwritten += 1;
+        }
         w.missed += overwritten as u64;
+        // What the cuts took from the reserve is asked for again.
+        if let Some(r) = rec.filter(|_| !w.room_for_edit(1)) {
+            w.recs.free(r);
+            rec = None;
+        }
+        let Some(rec) = rec else {
+            self.publish(w);
+            drop(guard);
+            self.stats.untracked.fetch_add(1, Ordering::Relaxed);
+            return InsertOutcome {
+                seq: None,
+                overwritten,
+                size: a.size,
+            };
+        };
+        w.link(top, a.start, last, rec);
+        self.inserted(w, &a, overwritten)
+    }
+
+    /// Books and publishes a range just linked.
+    fn inserted(&self, w: &mut Writer, a: &Allocation, overwritten: usize) -> InsertOutcome {
+        w.count += 1;
+        w.live = w.live.wrapping_add(a.size);
         self.publish(w);
         InsertOutcome {
             seq: Some(a.seq),
@@ -392,41 +415,89 @@ impl Registry {
     /// Unregisters `[start, start + len)` (clipped at `usize::MAX`), trimming or splitting the
     /// ranges it covers in part (a VMM unmap of a sub-range).
     pub fn remove(&self, start: usize, len: usize) -> Removed {
-        self.remove_span(start, len, &mut |_| {})
+        self.remove_span(start, len, None)
     }
 
     /// Like [`Self::remove`], and hands each removed piece (clipped to the span, with its range's
-    /// metadata) to `out`, in address order, after the lock is released.
+    /// metadata) to `out`, in address order, without the lock: the span is cleared a few ranges
+    /// at a time, each batch handed out before the next is cleared, so nothing is allocated
+    /// however many ranges it covers.
     pub fn remove_with(
         &self,
         start: usize,
         len: usize,
         mut out: impl FnMut(Allocation),
     ) -> Removed {
-        let mut gone = Vec::new();
-        let r = self.remove_span(start, len, &mut |a| gone.push(a));
-        gone.into_iter().for_each(&mut out);
-        r
+        self.remove_span(start, len, Some(&mut out))
     }
 
-    fn remove_span(&self, start: usize, len: usize, gone: &mut dyn FnMut(Allocation)) -> Removed {
+    fn remove_span(
+        &self,
+        start: usize,
+        len: usize,
+        mut out: Option<&mut dyn FnMut(Allocation)>,
+    ) -> Removed {
+        /// Pieces cleared under one hold of the lock when they are handed out.
+        const BATCH: usize = 8;
+        let mut removed = Removed::default();
         if len == 0 {
-            return Removed::default();
+            return removed;
         }
         let last = start.saturating_add(len - 1);
-        let mut guard = self.writer.lock();
-        let w = &mut *guard;
-        let Some(top) = w.top_if_any(self) else {
-            return Removed::default();
-        };
-        w.find_hits(top, start, last);
-        let (bytes, hits, whole) = w.cut(top, start, last, gone);
-        w.live = w.live.wrapping_sub(bytes);
-        self.publish(w);
-        Removed {
-            whole,
-            partial: hits - whole,
-            bytes,
+        let mut lo = start;
+        loop {
+            let mut batch: [Option<Allocation>; BATCH] = [None; BATCH];
+            let mut n = 0;
+            let mut more = false;
+            {
+                let mut guard = self.writer.lock();
+                let w = &mut *guard;
+                let Some(top) = w.top_if_any(self) else {
+                    break;
+                };
+                while let Some(h) = Writer::first_meeting(top, lo, last) {
+                    let cut = w.cut_one(top, lo, last, h);
+                    self.account(w, &cut);
+                    removed.bytes += cut.cleared.size;
+                    if cut.whole {
+                        removed.whole += 1;
+                    } else {
+                        removed.partial += 1;
+                    }
+                    if out.is_some() {
+                        batch[n] = Some(cut.cleared);
+                        n += 1;
+                    }
+                    match cut.cleared.last().checked_add(1) {
+                        Some(next) if next <= last => lo = next,
+                        _ => break,
+                    }
+                    if n == BATCH {
+                        more = true;
+                        break;
+                    }
+                }
+                self.publish(w);
+            }
+            if let Some(out) = out.as_deref_mut() {
+                batch[..n].iter().flatten().for_each(|&a| out(a));
+            }
+            if !more {
+                break;
+            }
+        }
+        removed
+    }
+
+    /// Books what a cut took: the bytes cleared and lost leave the live total, and pieces lost
+    /// for lack of memory count as untracked.
+    fn account(&self, w: &mut Writer, cut: &Cut) {
+        let (pieces, bytes) = cut.lost;
+        w.live = w.live.wrapping_sub(cut.cleared.size).wrapping_sub(bytes);
+        if pieces > 0 {
+            self.stats
+                .untracked
+                .fetch_add(pieces as u64, Ordering::Relaxed);
         }
     }
 
@@ -464,43 +535,51 @@ impl Registry {
     }
 
     /// Removes every range for which `pred` is true (e.g. those of a destroyed context) and hands
-    /// each to `out`; returns how many. `pred` and `out` run without the lock. A range inserted
-    /// while `pred` runs is not considered; a matched range that was replaced meanwhile (new
+    /// each to `out`; returns how many. Goes from range to range in address order, asking
+    /// `pred` and calling `out` without the lock and allocating nothing. A range inserted
+    /// meanwhile may or may not be considered; a matched range that was replaced meanwhile (new
     /// `seq`) is kept.
     pub fn purge(
         &self,
         mut pred: impl FnMut(&Allocation) -> bool,
         mut out: impl FnMut(Allocation),
     ) -> usize {
-        let wanted: Vec<(usize, u64)> = self
-            .snapshot()
-            .into_iter()
-            .filter(|a| pred(a))
-            .map(|a| (a.start, a.seq))
-            .collect();
-        if wanted.is_empty() {
-            return 0;
-        }
-        let mut gone = Vec::with_capacity(wanted.len());
-        {
-            let mut guard = self.writer.lock();
-            let w = &mut *guard;
-            if let Some(top) = w.top_if_any(self) {
-                for (start, seq) in wanted {
-                    let found = w.locate(top, start).filter(|&p| {
-                        let a = rec(p).get();
-                        a.start == start && a.seq == seq
+        let mut n = 0;
+        let mut from = 0;
+        loop {
+            let Some(a) = self.next_from(from) else {
+                return n;
+            };
+            if pred(&a) {
+                let gone = {
+                    let mut guard = self.writer.lock();
+                    let w = &mut *guard;
+                    let gone = w.top_if_any(self).and_then(|top| {
+                        let p = w.locate(top, a.start)?;
+                        let r = rec(p).get();
+                        (r.start == a.start && r.seq == a.seq).then(|| w.drop_range(top, p))
                     });
-                    if let Some(p) = found {
-                        gone.push(w.drop_range(top, p));
-                    }
+                    self.publish(w);
+                    gone
+                };
+                if let Some(g) = gone {
+                    out(g);
+                    n += 1;
                 }
             }
-            self.publish(w);
+            match a.last().checked_add(1) {
+                Some(next) => from = next,
+                None => return n,
+            }
         }
-        let n = gone.len();
-        gone.into_iter().for_each(&mut out);
-        n
+    }
+
+    /// The range with the lowest start among those ending at `from` or later.
+    fn next_from(&self, from: usize) -> Option<Allocation> {
+        let mut guard = self.writer.lock();
+        let w = &mut *guard;
+        let top = w.top_if_any(self)?;
+        Writer::first_meeting(top, from, usize::MAX).map(|p| rec(p).get())
     }
 
     /// Opens (takes inserts) or closes (drops every range and refuses inserts) the registry,
@@ -529,26 +608,38 @@ impl Registry {
         let Some(top) = w.top_if_any(self) else {
             return 0;
         };
-        w.find_hits(top, 0, usize::MAX);
-        let hits = core::mem::take(&mut w.hits);
-        for &p in &hits {
-            w.drop_range(top, p);
+        let mut n = 0;
+        let mut from = 0;
+        while let Some(p) = Writer::first_meeting(top, from, usize::MAX) {
+            let a = w.drop_range(top, p);
+            n += 1;
+            match a.last().checked_add(1) {
+                Some(next) => from = next,
+                None => break,
+            }
         }
-        let n = hits.len();
-        w.hits = hits;
         self.publish(w);
         n
     }
 
     /// Every range, in address order (taken under the writer lock, so it is one consistent state).
     pub fn snapshot(&self) -> Vec<Allocation> {
+        let mut all = Vec::new();
         let mut guard = self.writer.lock();
         let w = &mut *guard;
         let Some(top) = w.top_if_any(self) else {
-            return Vec::new();
+            return all;
         };
-        w.find_hits(top, 0, usize::MAX);
-        w.hits.iter().map(|&p| rec(p).get()).collect()
+        let mut from = 0;
+        while let Some(p) = Writer::first_meeting(top, from, usize::MAX) {
+            let a = rec(p).get();
+            all.push(a);
+            match a.last().checked_add(1) {
+                Some(next) => from = next,
+                None => break,
+            }
+        }
+        all
     }
 
     /// Calls `f` for every range of a [`Self::snapshot`], in address order, without the lock.

@@ -180,6 +180,36 @@ fn probe(rng: &mut Rng, model: &Model, space: &Space) -> usize {
 /// Runs one sequence; returns the most page tables it used at once and the longest chain of
 /// buckets a shared granule needed.
 fn run(seed: u64, ops: usize) -> (usize, usize) {
+    let (tables, chain, _) = run_with(seed, ops, false);
+    (tables, chain)
+}
+
+/// After an operation made without new memory: every range the registry still holds is one the
+/// model holds, exactly (nothing stale), and each the model holds beyond those was counted
+/// untracked. The model then forgets those, and the sequence goes on exact.
+fn reconcile(reg: &Registry, model: &mut Model, untracked_before: u64, what: &str) {
+    let held: BTreeMap<usize, Allocation> =
+        reg.snapshot().into_iter().map(|a| (a.start, a)).collect();
+    for a in held.values() {
+        assert_eq!(
+            model.map.get(&a.start),
+            Some(a),
+            "{what}: a range the model does not hold"
+        );
+    }
+    let before = model.map.len();
+    model.map.retain(|start, _| held.contains_key(start));
+    assert_eq!(
+        (before - model.map.len()) as u64,
+        reg.untracked() - untracked_before,
+        "{what}: ranges lost without being counted untracked"
+    );
+}
+
+/// Runs one sequence; with `starve`, about a third of the operations run as if the host's memory
+/// were exhausted (the writer gets no new memory), and are held to [`reconcile`]'s rules. Returns
+/// the shape as [`run`] does, and how many ranges went untracked.
+fn run_with(seed: u64, ops: usize, starve: bool) -> (usize, usize, u64) {
     let _guard = SeedGuard(seed);
     let mut rng = Rng::new(seed);
     // Long sequences grow a big sparse tree, then shrink it (splits first, merges later).
@@ -225,10 +255,23 @@ fn run(seed: u64, ops: usize) -> (usize, usize) {
             (true, _) if rng.chance(1) => 80,
             (true, _) => rng.below(80),
         };
+        let starved = starve && rng.chance(35);
+        let untracked = reg.untracked();
+        super::super::slab::STARVED.set(starved);
         match kind {
             0..=44 => {
                 let a = alloc(space.addr(&mut rng), space.size(&mut rng), rng.next());
-                assert_eq!(reg.insert(a), model.insert(a), "{}", ctx("insert"));
+                let (got, want) = (reg.insert(a), model.insert(a));
+                if starved && got.seq.is_none() {
+                    assert_eq!(
+                        got.overwritten,
+                        want.overwritten,
+                        "{}",
+                        ctx("insert, starved")
+                    );
+                } else {
+                    assert_eq!(got, want, "{}", ctx("insert"));
+                }
             }
             45..=59 => {
                 let (start, len) = (probe(&mut rng, &model, &space), space.size(&mut rng));
@@ -263,6 +306,10 @@ fn run(seed: u64, ops: usize) -> (usize, usize) {
             }
             _ => {}
         }
+        super::super::slab::STARVED.set(false);
+        if starved {
+            reconcile(&reg, &mut model, untracked, &ctx("starved"));
+        }
         for _ in 0..4 {
             let p = probe(&mut rng, &model, &space);
             assert_eq!(reg.lookup(p), model.lookup_span(p, 0), "{}", ctx("lookup"));
@@ -296,7 +343,7 @@ fn run(seed: u64, ops: usize) -> (usize, usize) {
     reg.check();
     let want: Vec<Allocation> = model.map.values().copied().collect();
     assert_eq!(reg.snapshot(), want, "seed {seed}: final snapshot");
-    shape
+    (shape.0, shape.1, reg.untracked())
 }
 
 fn seed_from_env() -> Option<u64> {
@@ -338,5 +385,29 @@ fn registry_model_long_sequences() {
     assert!(
         tables >= 8 && chain >= 1,
         "only {tables} tables, chains of {chain}"
+    );
+}
+
+/// The registry under exhausted memory: inserts go untracked, trims drop whole ranges, frees of
+/// ranges in shared granules are made in place; nothing stale is ever found, nothing lost goes
+/// uncounted, and once memory returns the sequence is exact again.
+#[test]
+#[cfg_attr(miri, ignore = "thousands of operations: too slow interpreted")]
+fn registry_model_without_memory() {
+    use super::super::slab::IN_PLACE;
+    let seeds = match seed_from_env() {
+        Some(seed) => seed..seed + 1,
+        None => 2_000_000..2_000_600,
+    };
+    let (mut untracked, mut in_place) = (0, 0);
+    for seed in seeds {
+        IN_PLACE.set(0);
+        untracked += run_with(seed, 300, true).2;
+        in_place += IN_PLACE.get();
+    }
+    // Both degraded paths must have run, or the sequences prove little.
+    assert!(
+        untracked > 0 && in_place > 0,
+        "untracked: {untracked}, removals in place: {in_place}"
     );
 }
