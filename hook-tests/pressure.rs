@@ -473,6 +473,104 @@ fn exhausted_memory_leaves_ranges_untracked_instead_of_aborting() {
     drop(hooks);
 }
 
+/// A library loaded while memory is short (`RLIMIT_AS` leaves the host room for the `dlopen`, less
+/// than the engine's margin): the engine puts its patching off instead of indexing it with
+/// allocations that could abort the host; the plugin works, its calls unseen meanwhile, and the
+/// first scan once memory is back patches it. At exit with memory short, the report is one fixed
+/// line and the host's exit status is its own.
+#[test]
+fn a_library_loaded_while_memory_is_short_is_patched_once_it_is_back() {
+    if cuhook_fixtures::skip_when_cross("qemu-user's own mappings count against the limit") {
+        return;
+    }
+    if in_child(
+        "a_library_loaded_while_memory_is_short_is_patched_once_it_is_back",
+        &[],
+    ) {
+        return;
+    }
+    let dir = common::scratch("short-memory");
+    let src = dir.join("memplugin.c");
+    std::fs::write(
+        &src,
+        "typedef unsigned long long CUdeviceptr;\n\
+         int cuMemAlloc_v2(CUdeviceptr *, unsigned long);\n\
+         int plugin_alloc(CUdeviceptr *p, unsigned long n) { return cuMemAlloc_v2(p, n); }\n",
+    )
+    .unwrap();
+    let plugin = dir.join("libmemplugin.so");
+    let fixtures = cuhook_fixtures::dir();
+    assert!(cuhook_fixtures::cc()
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&plugin)
+        .arg(&src)
+        .arg(fixtures.join("libcuda.so.1"))
+        .status()
+        .unwrap()
+        .success());
+    let (driver, _runtime) = load_cuda();
+    make_context_current(driver);
+    let hooks = cuhook::install().unwrap();
+    let free: CuMemFree = as_fn(program_dlsym(driver, "cuMemFree_v2"));
+    type PluginAlloc = unsafe extern "C" fn(*mut u64, std::ffi::c_ulong) -> std::ffi::c_int;
+
+    set_address_space_limit(address_space() + (6 << 20));
+    let handle = open(&plugin); // through the program's patched dlopen
+    let plugin_alloc: PluginAlloc = as_fn(defined(handle, "plugin_alloc"));
+    let mut p = 0u64;
+    // SAFETY: the plugin's wrapper of the fake driver's cuMemAlloc_v2.
+    unsafe { assert_eq!(plugin_alloc(&mut p, 4096), 0) };
+    set_address_space_limit(libc::RLIM_INFINITY);
+    let diag = cuhook::hooks::diagnostics();
+    assert!(diag.deferred_for_memory >= 1, "{diag}");
+    assert_eq!(cuhook::lookup(p), None, "patched although memory was short");
+
+    assert!(cuhook::hooks::rescan(None).unwrap() >= 1, "nothing patched");
+    let mut q = 0u64;
+    // SAFETY: as above.
+    unsafe { assert_eq!(plugin_alloc(&mut q, 4096), 0) };
+    assert_eq!(cuhook::lookup(q).map(|a| a.size), Some(4096));
+    for x in [p, q] {
+        // SAFETY: the fake driver's free of its own allocations.
+        unsafe { assert_eq!(free(x), 0) };
+    }
+    drop(hooks);
+
+    // The exit report of a preloaded host that exits with memory short.
+    let src = dir.join("short_exit.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <string.h>\n#include <sys/resource.h>\n\
+         int main(void) {\n\
+           FILE *f = fopen(\"/proc/self/status\", \"r\"); char line[256]; long kib = 0;\n\
+           while (fgets(line, sizeof line, f)) if (!strncmp(line, \"VmSize:\", 7)) kib = atol(line + 7);\n\
+           fclose(f);\n\
+           struct rlimit r = { (kib << 10) + (1 << 20), RLIM_INFINITY };\n\
+           return setrlimit(RLIMIT_AS, &r) ? 2 : 7;\n}\n",
+    )
+    .unwrap();
+    let exe = dir.join("short_exit");
+    assert!(cuhook_fixtures::cc()
+        .args(["-include", "stdlib.h", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success());
+    let out = std::process::Command::new(&exe)
+        .env("LD_PRELOAD", common::libcuhook())
+        .env("CUHOOK_REPORT", "stderr")
+        .env_remove(support::CHILD)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{err}");
+    assert!(
+        err.contains("no exit report: memory is short at exit"),
+        "{err}"
+    );
+}
+
 /// Hosts that were already fine, kept so (issue 40): another allocator preloaded before or after
 /// libcuhook.so (jemalloc, tcmalloc, where installed), eager and frozen binding (`LD_BIND_NOW`,
 /// `LD_BIND_NOT`), an `LD_AUDIT` module, and valgrind's memcheck around the whole process: each

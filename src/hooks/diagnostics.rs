@@ -90,6 +90,9 @@ pub struct Diagnostics {
     /// Loader events that found the engine busy for too long and were left to the running
     /// operation's catch-up scan.
     pub deferred_scans: u64,
+    /// Loader changes whose handling was put off because memory was short (the next loader
+    /// call or rescan handles them).
+    pub deferred_for_memory: u64,
     /// Objects pinned by name (`dlopen` with `RTLD_NOLOAD`) so far in the process: where no walk
     /// of the loader's list could vouch for an object while it was read or written, to look a
     /// hooked function up in the scope of an object that defines it, and by the exit report.
@@ -161,7 +164,7 @@ impl std::fmt::Display for Diagnostics {
         }
         writeln!(
             f,
-            "counters resolver_races={} rechecked_slots={} objects_indexed={} rescans={} quick_scans={} direct_patches={} chained_slots={} deferred_scans={} pinned_by_name={} constructors_before_patch={}",
+            "counters resolver_races={} rechecked_slots={} objects_indexed={} rescans={} quick_scans={} direct_patches={} chained_slots={} deferred_scans={} deferred_for_memory={} pinned_by_name={} constructors_before_patch={}",
             self.resolver_races,
             self.rechecked_slots,
             self.objects_indexed,
@@ -170,6 +173,7 @@ impl std::fmt::Display for Diagnostics {
             self.direct_patches,
             self.chained_slots,
             self.deferred_scans,
+            self.deferred_for_memory,
             self.pinned_by_name,
             self.constructors_before_patch_total
         )
@@ -196,6 +200,7 @@ impl Diagnostics {
             direct_patches: 0,
             chained_slots: 0,
             deferred_scans: 0,
+            deferred_for_memory: 0,
             pinned_by_name: 0,
         }
     }

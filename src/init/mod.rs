@@ -135,6 +135,12 @@ extern "C" fn write_report_at_exit() {
         || {
             let target = REPORT.lock().clone();
             let Some(target) = target else { return };
+            // Rendering allocates as it goes: in a host out of memory, one fixed line instead
+            // of an abort that would change the host's exit status.
+            if !crate::sys::memory::available(crate::sys::memory::REPORT_MARGIN) {
+                crate::output::write_stderr(b"cuhook: no exit report: memory is short at exit\n");
+                return;
+            }
             let text = report::render();
             match target {
                 ReportTarget::Stderr => crate::output::write_stderr(text.as_bytes()),

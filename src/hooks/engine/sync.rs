@@ -246,12 +246,30 @@ impl State {
         }
     }
 
+    /// Whether the loader's changes can be handled now. Handling them allocates as it goes
+    /// (the objects' indexes), and a failed allocation would abort the host: with memory short
+    /// they are put off (counted, warned once), and since the scanned counters do not move,
+    /// the next loader call or rescan picks them up.
+    fn room_to_sync(&mut self) -> bool {
+        if crate::sys::memory::available(crate::sys::memory::LOADER_MARGIN) {
+            return true;
+        }
+        self.diag.deferred_for_memory += 1;
+        if self.diag.deferred_for_memory == 1 {
+            crate::log!(
+                crate::log::Level::Warn,
+                "memory is short: libraries loaded from now on are patched once it is back"
+            );
+        }
+        false
+    }
+
     /// Patch objects loaded since the last scan until the loader's counters stop moving.
     pub(super) fn sync_until_stable(&mut self) -> usize {
         let mut patched = 0;
         for _ in 0..16 {
             let counters = elf::counters();
-            if counters == self.last_counters {
+            if counters == self.last_counters || !self.room_to_sync() {
                 break;
             }
             self.diag.rescans += 1;
@@ -272,6 +290,9 @@ impl State {
     #[allow(unsafe_code)]
     pub(super) unsafe fn sync_opened(&mut self, handle: *mut c_void, now: elf::Counters) -> usize {
         let last = self.last_counters;
+        if !self.room_to_sync() {
+            return 0;
+        }
         if now.subs == last.subs && now.adds == last.adds.wrapping_add(1) && self.known.is_some() {
             // SAFETY: the caller holds `handle` open for the whole call.
             let pin = unsafe { Pin::borrowed(handle) };
