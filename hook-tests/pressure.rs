@@ -360,6 +360,120 @@ fn one_symbol_with_two_definitions_is_chained() {
     );
 }
 
+/// A CUDA function bound to two definitions at once: a plugin loaded `RTLD_DEEPBIND` binds
+/// `cuMemAlloc_v2` to the quota shim it depends on, while the rest of the process binds the
+/// driver's. The plugin's slot gets a chain of the CUDA hook that calls the shim, so its
+/// allocation is seen and the shim still counts it; the other plugin's slot gets the hook
+/// itself; uninstall puts the shim back. (Before: "bound to ADDR, not the hooked definition:
+/// left unpatched", and the allocation unseen.)
+#[test]
+fn a_cuda_function_with_two_definitions_is_chained() {
+    if in_child("a_cuda_function_with_two_definitions_is_chained", &[]) {
+        return;
+    }
+    let dir = common::scratch("cuda-chain");
+    let fixtures = cuhook_fixtures::dir();
+    let build = |name: &str, code: &str, with: &[&std::path::Path]| {
+        let src = dir.join(format!("{name}.c"));
+        std::fs::write(&src, code).unwrap();
+        let lib = dir.join(format!("lib{name}.so"));
+        let mut cc = cuhook_fixtures::cc();
+        cc.args(["-shared", "-fPIC", "-o"]).arg(&lib).arg(&src);
+        for w in with {
+            cc.arg(w);
+        }
+        assert!(cc.arg("-ldl").status().unwrap().success(), "build {name}");
+        lib
+    };
+    let shim = build(
+        "quotashim",
+        "#define _GNU_SOURCE\n#include <dlfcn.h>\n\
+         typedef unsigned long long CUdeviceptr;\n\
+         int shim_calls;\n\
+         int cuMemAlloc_v2(CUdeviceptr *p, unsigned long n) {\n\
+           shim_calls++;\n\
+           void *driver = dlopen(\"libcuda.so.1\", RTLD_NOW | RTLD_NOLOAD);\n\
+           int (*real)(CUdeviceptr *, unsigned long) = (int (*)(CUdeviceptr *, unsigned long))dlsym(driver, \"cuMemAlloc_v2\");\n\
+           dlclose(driver);\n\
+           return real(p, n);\n}\n",
+        &[],
+    );
+    let plugin_code = "typedef unsigned long long CUdeviceptr;\n\
+         int cuMemAlloc_v2(CUdeviceptr *, unsigned long);\n\
+         int plugin_alloc(CUdeviceptr *p, unsigned long n) { return cuMemAlloc_v2(p, n); }\n";
+    let shimmed = build(
+        "shimmed",
+        plugin_code,
+        &[&shim, &fixtures.join("libcuda.so.1")],
+    );
+    let plain = build(
+        "plainplugin",
+        plugin_code,
+        &[&fixtures.join("libcuda.so.1")],
+    );
+
+    let (driver, _runtime) = load_cuda();
+    make_context_current(driver);
+    type PluginAlloc = unsafe extern "C" fn(*mut u64, std::ffi::c_ulong) -> std::ffi::c_int;
+    let open_with = |lib: &std::path::Path, mode: i32| {
+        let c = std::ffi::CString::new(lib.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        let h = unsafe { libc::dlopen(c.as_ptr(), mode) };
+        assert!(!h.is_null(), "dlopen {}", lib.display());
+        h
+    };
+    let h_shimmed = open_with(
+        &shimmed,
+        libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_DEEPBIND,
+    );
+    let h_plain = open_with(&plain, libc::RTLD_NOW | libc::RTLD_LOCAL);
+    let via_shim: PluginAlloc = as_fn(defined(h_shimmed, "plugin_alloc"));
+    let direct: PluginAlloc = as_fn(defined(h_plain, "plugin_alloc"));
+    let h_shim = open_with(&shim, libc::RTLD_NOW | libc::RTLD_NOLOAD);
+    let shim_calls = defined(h_shim, "shim_calls").cast::<std::ffi::c_int>();
+    // SAFETY: the shim's counter, an int it exports.
+    let calls = || unsafe { shim_calls.read_volatile() };
+    let free: CuMemFree = as_fn(program_dlsym(driver, "cuMemFree_v2"));
+    let mut before = 0u64;
+    // SAFETY: as below, before cuhook is installed.
+    unsafe { assert_eq!(via_shim(&mut before, 4096), 0) };
+    assert_eq!(calls(), 1);
+    // SAFETY: the fake driver's free of its own allocation.
+    unsafe { assert_eq!(free(before), 0) };
+
+    let hooks = cuhook::install().unwrap();
+    let (mut p, mut q) = (0u64, 0u64);
+    // SAFETY: the plugins' wrappers of the fake driver's cuMemAlloc_v2.
+    unsafe {
+        assert_eq!(via_shim(&mut p, 4096), 0);
+        assert_eq!(direct(&mut q, 8192), 0);
+    }
+    assert_eq!(calls(), 2, "the shim lost its call");
+    assert_eq!(
+        cuhook::lookup(p).map(|a| a.size),
+        Some(4096),
+        "the shimmed plugin's allocation unseen"
+    );
+    assert_eq!(cuhook::lookup(q).map(|a| a.size), Some(8192));
+    let diag = cuhook::hooks::diagnostics();
+    assert!(diag.chained_slots >= 1, "{diag}");
+    assert!(
+        !diag.conflicts.iter().any(|c| c.symbol == "cuMemAlloc_v2"),
+        "{diag}"
+    );
+    for x in [p, q] {
+        // SAFETY: the fake driver's free of its own allocations.
+        unsafe { assert_eq!(free(x), 0) };
+    }
+    drop(hooks);
+    let mut r = 0u64;
+    // SAFETY: as above, with every slot put back.
+    unsafe { assert_eq!(via_shim(&mut r, 4096), 0) };
+    assert_eq!(calls(), 3, "the shim's slot was not put back");
+    // SAFETY: as above.
+    unsafe { assert_eq!(free(r), 0) };
+}
+
 /// `VmSize` of this process, in bytes.
 fn address_space() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();

@@ -36,7 +36,10 @@ pub const SET_NAME: &str = "cuda";
 pub fn hook_set() -> Result<HookSet> {
     let hooks = HOOKS
         .iter()
-        .map(|h| Hook::new(h.symbol, (h.replacement)(), (h.original)()))
+        .map(|h| {
+            Hook::new(h.symbol, (h.replacement)(), (h.original)())
+                .map(|k| k.with_chains(&(h.chains)()))
+        })
         .collect::<Result<Vec<_>>>()?;
     HookSet::new(SET_NAME, hooks)
 }

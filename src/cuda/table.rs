@@ -88,7 +88,15 @@ pub struct HookInfo {
     /// hook would load its original's address from there, one more cache line per call
     /// (`benches/footprint.sh`).
     pub original: fn() -> &'static std::sync::atomic::AtomicUsize,
+    /// The hook's chains (`Hook::with_chains`): replacements that behave as the hook but call
+    /// the definition their store holds, for slots bound to another definition than the
+    /// original (a quota shim's wrapper in one object, the driver's own in another).
+    pub chains: fn() -> [(usize, &'static std::sync::atomic::AtomicUsize); CHAINS],
 }
+
+/// Chains per CUDA hook: as many other definitions of one function as a process can bind at
+/// once and still have every call seen.
+pub const CHAINS: usize = 2;
 
 /// Read an output pointer the real call has just filled.
 ///
@@ -146,13 +154,19 @@ macro_rules! cuda_hooks {
                     Err(_) => panic!("symbol names contain no NUL"),
                 };
 
-                /// The hook. Only the outermost hooked call of a thread dispatches.
+                /// Where chain `k` of this hook finds the definition it calls.
+                pub static CHAIN: [std::sync::atomic::AtomicUsize; CHAINS] =
+                    [const { std::sync::atomic::AtomicUsize::new(0) }; CHAINS];
+
+                /// The hook (`C` = 0), or its chain `C - 1`, which differs only in the
+                /// definition it calls. Only the outermost hooked call of a thread dispatches.
                 ///
                 /// # Safety
                 /// Called by C code with the C function's arguments.
                 #[allow(unused_variables, unused_mut, unused_assignments)]
-                pub unsafe extern "C" fn hook($($arg: $ty),*) -> $ret {
-                    let real = ORIGINAL.load(Ordering::Acquire);
+                pub unsafe extern "C" fn hook<const C: usize>($($arg: $ty),*) -> $ret {
+                    let store = if C == 0 { &ORIGINAL } else { &CHAIN[C.saturating_sub(1)] };
+                    let real = store.load(Ordering::Acquire);
                     if real == 0 {
                         return <$ret as Status>::NO_ORIGINAL;
                     }
@@ -197,7 +211,12 @@ macro_rules! cuda_hooks {
                 }
 
                 pub fn address() -> usize {
-                    hook as *const () as usize
+                    hook::<0> as *const () as usize
+                }
+
+                /// The chains' replacements and stores.
+                pub fn chains() -> [(usize, &'static std::sync::atomic::AtomicUsize); CHAINS] {
+                    [(hook::<1> as *const () as usize, &CHAIN[0]), (hook::<2> as *const () as usize, &CHAIN[1])]
                 }
 
                 /// Where the engine publishes the original (not inlinable: see
@@ -211,7 +230,7 @@ macro_rules! cuda_hooks {
 
         /// Every row of the table.
         pub static HOOKS: &[HookInfo] = &[
-            $( HookInfo { symbol: stringify!($sym), base: $base, group: Group::$group, replacement: $sym::address, original: $sym::original }, )*
+            $( HookInfo { symbol: stringify!($sym), base: $base, group: Group::$group, replacement: $sym::address, original: $sym::original, chains: $sym::chains }, )*
         ];
     };
 }
