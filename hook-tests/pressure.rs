@@ -857,19 +857,19 @@ fn threads_cancelled_inside_the_driver_leave_cuhook_working() {
 }
 
 /// Threads cancelled inside a subscriber's callback (a C callback blocked in `read`, another
-/// looping on `pthread_testcancel`), then the same as above.
-///
-/// Fails today: the host aborts ("FATAL: exception not rethrown", SIGABRT) at the first
-/// cancellation. glibc cancels by a forced unwind, and the `catch_unwind` that keeps a panicking
-/// callback (and the hook's own work) from unwinding into C catches it too, which glibc treats
-/// as fatal (rust-lang/rust#65441). Issue 40 stays open for it (docs/reliability.md).
+/// looping on `pthread_testcancel`): the request waits (the thread still runs 200 ms later)
+/// until the callback returns, and the thread is cancelled at its next cancellation point after
+/// the hooked call; then the same as above. (Before: the host aborted at the first cancellation,
+/// "FATAL: exception not rethrown": glibc cancels by a forced unwind, and the `catch_unwind`
+/// that keeps a panicking callback from unwinding into C caught it.)
 #[test]
-#[ignore = "issue 40: a cancellation inside a callback aborts the host (catch_unwind catches glibc's forced unwind)"]
 fn threads_cancelled_inside_a_callback_leave_cuhook_working() {
     cancelled_inside(
         "callback",
         &[
+            "callback_read_deferred",
             "callback_read_cancelled",
+            "callback_testcancel_deferred",
             "callback_testcancel_cancelled",
             "parent_events_0",
             "parent_unsubscribe_blocker",
@@ -882,24 +882,25 @@ fn threads_cancelled_inside_a_callback_leave_cuhook_working() {
 }
 
 /// A thread cancelled inside a hooked `dlopen`, in the constructor of the library it loads
-/// (blocked in `read`). glibc's loader lock then stays held by the dead thread, so the host can
-/// load nothing more (with or without cuhook) and exits with `_exit`; what must still work is
-/// what needs no loader lock: allocations, events, the registry, unsubscribing, uninstall and
-/// install, and a forked child doing the same.
-///
-/// Fails today like the callback case ("FATAL: exception not rethrown"): the interposer's real
-/// `dlopen` runs inside the unwind guard of its own work.
+/// (blocked in `read`). Without cuhook the cancellation acts in the constructor and glibc's
+/// loader lock stays held by the dead thread (the host can load nothing more). With cuhook the
+/// request waits until the `dlopen` has returned (the constructor released), the thread is
+/// cancelled at its next cancellation point, and everything goes on, libraries loaded later
+/// included. (Before: the host aborted, as in the callback case: the interposer's real `dlopen`
+/// ran inside the unwind guard of its own work.)
 #[test]
-#[ignore = "issue 40: a cancellation inside a hooked dlopen aborts the host (catch_unwind catches glibc's forced unwind)"]
 fn a_thread_cancelled_inside_a_hooked_dlopen_leaves_cuhook_working() {
     cancelled_inside(
         "dlopen",
         &[
+            "constructor_deferred",
             "constructor_cancelled",
             "parent_events_0",
             "parent_unsubscribe_blocker",
             "parent_reinstall",
+            "parent_plugin_seen",
             "child_reinstall",
+            "child_plugin_seen",
             "child",
         ],
     );

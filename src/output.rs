@@ -110,6 +110,8 @@ pub fn write_all(
     patience_ms: i32,
 ) -> Result<(), WriteError> {
     let guard = pipe.then(SigpipeGuard::new);
+    // `write` and `poll` are cancellation points: never acted on inside cuhook's frames.
+    let _cancel = crate::sys::cancel::Deferred::begin();
     let mut patience = patience_ms;
     while !bytes.is_empty() {
         // SAFETY: `bytes` is a valid readable slice for its length.

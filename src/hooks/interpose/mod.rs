@@ -301,6 +301,9 @@ fn open_and_patch(
     // Kept outside the guard: after a panic in our part, a library already opened is handed
     // out as it is, never opened a second time (that leaked a reference for good).
     let opened = std::cell::Cell::new(None);
+    // Constructors the open runs, and our own reading of what it loaded, may reach cancellation
+    // points: a request waits until the open has returned to its caller (`crate::sys::cancel`).
+    let _cancel = crate::sys::cancel::Deferred::begin();
     guarded(
         || {
             let depth = DepthGuard::enter();
@@ -371,6 +374,8 @@ pub(super) extern "C" fn dlclose_from(handle: *mut c_void, _caller: usize) -> c_
 }
 
 fn dlclose_via(real: real::DlcloseFn, handle: *mut c_void) -> c_int {
+    // Destructors, and our own rescan: as for `open_and_patch`.
+    let _cancel = crate::sys::cancel::Deferred::begin();
     let depth = DepthGuard::enter();
     // SAFETY: the real dlclose with the caller's own handle.
     #[allow(unsafe_code)]
