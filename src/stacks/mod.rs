@@ -27,7 +27,7 @@ mod unwind;
 mod tests;
 
 pub use table::{Table, TableStats};
-pub use unwind::{capture, capture_from, Registers, MAX_FRAMES};
+pub use unwind::{capture, capture_from, forget_unwind_rules, Registers, MAX_FRAMES};
 
 /// A unique call stack in a [`Table`]. `0` ([`StackId::NONE`]) is "not recorded" (stacks
 /// off), `1` ([`StackId::OTHER`]) "recorded, but beyond the table's bound" (counted by the

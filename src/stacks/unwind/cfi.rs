@@ -58,7 +58,7 @@ pub(super) enum Rule {
 }
 
 /// The rules of one CFI row the walk follows.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Rules {
     pub cfa_register: u16,
     pub cfa_offset: i64,
@@ -76,8 +76,20 @@ pub(super) enum Lookup {
     Unsupported,
 }
 
-/// The CFI row covering `pc`.
+/// The CFI row covering `pc`: from the cache, else from the tables (then cached).
 pub(super) fn find(pc: usize, ctx: &mut Context) -> Lookup {
+    if let Some(rules) = super::cache::get(pc) {
+        return Lookup::Found(rules);
+    }
+    let found = find_uncached(pc, ctx);
+    if let Lookup::Found(rules) = &found {
+        super::cache::put(pc, rules);
+    }
+    found
+}
+
+/// The CFI row covering `pc`, from its object's tables.
+fn find_uncached(pc: usize, ctx: &mut Context) -> Lookup {
     let Some(object) = dl::found_object_if_resolved(pc) else {
         return Lookup::NoInfo;
     };

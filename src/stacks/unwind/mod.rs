@@ -9,6 +9,10 @@
 //! the step follows the frame pointer instead, which is right for code built with frame
 //! pointers and stops quickly (by the checks below) for code without.
 //!
+//! Found rows are kept in a process-wide lock-free cache by address (`cache`): a warm capture
+//! of 16 frames costs ≈ 145 ns, ≈ 2,800 instructions (`benches/stacks.rs`), against ≈ 4 µs
+//! when every FDE is looked up and evaluated.
+//!
 //! Bounded and fault-free: at most `out.len()` (≤ [`MAX_FRAMES`]) frames; every stack word is
 //! read only inside the thread's stack mapping (`bounds`), aligned; the stack pointer must
 //! grow strictly from frame to frame; a step whose rules are not plain (a DWARF expression, as
@@ -19,6 +23,7 @@
 //! entry, their DWARF numbers and (aarch64) pointer-authentication stripping.
 #![allow(unsafe_code)]
 
+mod cache;
 mod cfi;
 
 #[cfg_attr(target_arch = "x86_64", path = "x86_64.rs")]
@@ -26,6 +31,7 @@ mod cfi;
 mod arch;
 
 use super::bounds;
+pub use cache::clear as forget_unwind_rules;
 use cfi::{Lookup, Rule};
 
 /// The most frames one capture records.
