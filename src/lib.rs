@@ -65,6 +65,7 @@ pub mod output;
 mod patch;
 pub mod registry;
 pub mod report;
+pub mod stacks;
 mod sys;
 
 pub use api::{

@@ -6,6 +6,7 @@
 mod dynamic;
 mod image;
 mod index;
+mod notes;
 mod protection;
 mod records;
 mod room;
@@ -17,7 +18,8 @@ mod wanted;
 pub use dynamic::{absolute, BadTables, DynamicTables, RelocTable};
 pub use image::{read_c_str, segments_contain};
 pub use index::{IndexFailure, IndexRoom, Indexed, NameFilter, ObjectIndex, RelocKind, Slot};
-pub(crate) use protection::errno_of;
+pub use notes::build_id;
+pub(crate) use protection::{errno_of, ProcmapQuery, PROCMAP_QUERY, VMA_READABLE};
 pub use protection::{letters, CheckedSpan, ProtectionMap};
 pub use room::Full;
 pub use snapshot::{counters, snapshot, Counters, LoadedObject, Snapshot};

@@ -155,30 +155,30 @@ fn lookup(
 /// `struct procmap_query` of `<linux/fs.h>` (Linux 6.11).
 #[repr(C)]
 #[derive(Default)]
-struct ProcmapQuery {
-    size: u64,
-    query_flags: u64,
-    query_addr: u64,
-    vma_start: u64,
-    vma_end: u64,
-    vma_flags: u64,
-    vma_page_size: u64,
-    vma_offset: u64,
-    inode: u64,
-    dev_major: u32,
-    dev_minor: u32,
-    vma_name_size: u32,
-    build_id_size: u32,
-    vma_name_addr: u64,
-    build_id_addr: u64,
+pub(crate) struct ProcmapQuery {
+    pub(crate) size: u64,
+    pub(crate) query_flags: u64,
+    pub(crate) query_addr: u64,
+    pub(crate) vma_start: u64,
+    pub(crate) vma_end: u64,
+    pub(crate) vma_flags: u64,
+    pub(crate) vma_page_size: u64,
+    pub(crate) vma_offset: u64,
+    pub(crate) inode: u64,
+    pub(crate) dev_major: u32,
+    pub(crate) dev_minor: u32,
+    pub(crate) vma_name_size: u32,
+    pub(crate) build_id_size: u32,
+    pub(crate) vma_name_addr: u64,
+    pub(crate) build_id_addr: u64,
 }
 
 /// `_IOWR('f', 17, struct procmap_query)`.
-const PROCMAP_QUERY: libc::c_ulong = (3 << 30)
+pub(crate) const PROCMAP_QUERY: libc::c_ulong = (3 << 30)
     | ((std::mem::size_of::<ProcmapQuery>() as libc::c_ulong) << 16)
     | ((b'f' as libc::c_ulong) << 8)
     | 17;
-const VMA_READABLE: u64 = 1;
+pub(crate) const VMA_READABLE: u64 = 1;
 const VMA_WRITABLE: u64 = 2;
 const VMA_EXECUTABLE: u64 = 4;
 

@@ -23,6 +23,7 @@ macro_rules! plain {
 }
 
 plain!(
+    u8,
     u16,
     u32,
     u64,

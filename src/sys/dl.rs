@@ -395,6 +395,37 @@ pub(crate) fn can_find_objects() -> bool {
     find_object().is_some()
 }
 
+/// What `_dl_find_object` says about the object covering an address, for an unwinder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FoundObject {
+    /// The object's mapped range, `[map_start, map_end)`.
+    pub map_start: usize,
+    pub map_end: usize,
+    /// Its `PT_GNU_EH_FRAME` segment (`.eh_frame_hdr`), relocated; 0 when it has none.
+    pub eh_frame_hdr: usize,
+}
+
+/// [`object_at`] for callers inside hooks and signal handlers: never looks `_dl_find_object`
+/// up (that `dlsym` takes the loader's lock), so it answers `None` until [`can_find_objects`]
+/// has been called once outside the hook path, and on glibc before 2.35. glibc answers without
+/// a lock, an allocation or a walk.
+pub(crate) fn found_object_if_resolved(address: usize) -> Option<FoundObject> {
+    let resolved = FIND_OBJECT.address();
+    if resolved == 0 || resolved == ABSENT {
+        return None;
+    }
+    let find = FIND_OBJECT.get()?;
+    // SAFETY: all-zero is a valid `DlFindObject` (integers and null pointers).
+    let mut out: DlFindObject = unsafe { std::mem::zeroed() };
+    // SAFETY: `out` is large enough for the result; any address may be asked about.
+    let rc = unsafe { find(address as *mut c_void, &mut out) };
+    (rc == 0).then_some(FoundObject {
+        map_start: out.map_start as usize,
+        map_end: out.map_end as usize,
+        eh_frame_hdr: out.eh_frame as usize,
+    })
+}
+
 /// Longest object name read from a `dl_phdr_info`; longer ones are truncated (PATH_MAX).
 const MAX_NAME: usize = 4096;
 
