@@ -11,16 +11,14 @@ use std::hint::black_box;
 use std::sync::Barrier;
 use std::time::Instant;
 
-use cuhook::events::{
-    asymmetric_barriers, mask, Callback, EventKind, HookGuard, MemEvent, SubscriberList,
-};
+use cuhook::events::{asymmetric_barriers, mask, Callback, HookGuard, MemEvent, SubscriberList};
 
 const ITERS: u64 = 5_000_000;
 const RUNS: usize = 15;
 const THREADS: [usize; 2] = [1, 2];
 
 fn trivial(ev: &MemEvent, context: usize) {
-    black_box((ev.address, context));
+    black_box((ev.range.start, context));
 }
 
 /// This thread's CPU time in nanoseconds.
@@ -72,7 +70,11 @@ fn list_with(subscribers: usize) -> SubscriberList {
 }
 
 fn main() {
-    let ev = MemEvent::new(EventKind::Alloc, 0x7f00_0000_0000, 4096, c"cuMemAlloc_v2");
+    let ev = MemEvent::alloc(cuhook::events::Allocation::new(
+        0x7f00_0000_0000,
+        4096,
+        c"cuMemAlloc_v2",
+    ));
     let lists: Vec<SubscriberList> = [0, 1, 4].iter().map(|&n| list_with(n)).collect();
     let ev = &ev;
 

@@ -45,7 +45,7 @@ fn with_cache<T>(f: impl FnOnce(&mut Cache) -> T) -> T {
 /// Runs on the freeing thread before the memory goes back to the driver: drop every
 /// registration the freed range overlaps (it must not call CUDA).
 fn on_free(ev: &MemEvent) {
-    let (lo, hi) = (ev.address, ev.address + ev.size.max(1));
+    let (lo, hi) = (ev.range.start, ev.range.start + ev.range.size.max(1));
     with_cache(|c| {
         let before = c.by_start.len();
         c.by_start

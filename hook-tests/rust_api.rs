@@ -88,7 +88,7 @@ fn the_last_uninstall_detaches_and_empties_the_registry() {
         cuhook::lookup(kept as usize).is_none(),
         "the registry kept ranges"
     );
-    assert_eq!(cuhook::registry::stats().live, 0);
+    assert_eq!(cuhook::cuda::stats().live, 0);
 }
 
 /// Bytes of the last free event a subscriber of the test below saw.
@@ -96,7 +96,7 @@ static FREED_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 fn on_free(ev: &cuhook::events::MemEvent) {
     if ev.kind == cuhook::events::EventKind::Free {
-        FREED_BYTES.store(ev.size, Ordering::SeqCst);
+        FREED_BYTES.store(ev.range.size, Ordering::SeqCst);
     }
 }
 

@@ -7,7 +7,7 @@
 //! let hooks = cuhook::install()?;
 //! // Lower priorities run first; the registry is updated before any subscriber runs.
 //! let subscription = cuhook::subscribe(EventMask::ALL, 0, |ev: &MemEvent| {
-//!     eprintln!("{:?} {} bytes at {:#x} by {:?}", ev.kind, ev.size, ev.address, ev.api);
+//!     eprintln!("{:?} {} bytes at {:#x} by {:?}", ev.kind, ev.range.size, ev.range.start, ev.api);
 //! })?;
 //!
 //! // ... CUDA work ...
@@ -138,7 +138,7 @@ pub(crate) fn lookup_in(address: usize, len: usize) -> Option<Allocation> {
 /// The registry's counters (of the copy that serves the process).
 pub fn stats() -> RegistryStats {
     match instance::route() {
-        Route::Own => registry::stats(),
+        Route::Own => crate::cuda::stats(),
         Route::Other(peer) => {
             let mut s = RegistryStats::default();
             // SAFETY: the table's contract: a writable out-parameter.

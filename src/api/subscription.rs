@@ -6,7 +6,6 @@ use std::ffi::c_void;
 use crate::events::closure::Boxed;
 use crate::events::{self, EventMask, MemEvent, SubscriptionId};
 use crate::instance::{Peer, Record, Route};
-use crate::registry;
 use crate::Result;
 
 use super::installation::call;
@@ -46,7 +45,7 @@ impl Subscription {
                 priority,
                 callback,
                 context,
-                registry::replay_existing,
+                crate::cuda::replay_existing,
             )
             .map(|id| Held::Own(id, boxed)),
             Route::Own => {

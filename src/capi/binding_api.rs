@@ -23,7 +23,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::cuda_api::{c_event, CMemEvent, CMemInfo, EVENT_ALLOC, EVENT_FREE};
+use super::cuda_api::{c_event, c_range, CMemEvent, CMemInfo, EVENT_ALLOC, EVENT_FREE};
 use super::status::{ffi_call, CUHOOK_OK};
 use crate::events::{EventKind, EventMask, MemEvent};
 use crate::instance::{self, Route};
@@ -113,7 +113,7 @@ pub unsafe extern "C" fn cuhook_live(out: *mut CMemInfo, capacity: usize) -> isi
             // SAFETY: `i < capacity`, and `out` has room for `capacity` records (contract).
             unsafe {
                 out.add(i).write(CMemInfo {
-                    event: c_event(&a.to_event()),
+                    event: c_range(a, a.api),
                     seq: a.seq,
                 })
             };
@@ -743,11 +743,11 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::MemType;
+    use crate::events::{Allocation, MemType};
 
     fn event(address: usize) -> CQueuedEvent {
-        let mut ev = MemEvent::new(EventKind::Alloc, address, 64, c"cudaMalloc");
-        ev.mem_type = MemType::Cuda;
+        let mut ev = MemEvent::alloc(Allocation::new(address, 64, c"cudaMalloc"));
+        ev.range.mem_type = MemType::Cuda;
         CQueuedEvent {
             ev: c_event(&ev),
             event: EVENT_ALLOC,

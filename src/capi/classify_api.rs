@@ -9,10 +9,10 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::cuda_api::{c_event, CMemInfo};
+use super::cuda_api::{c_range, CMemInfo};
 use super::status::{ffi_call, CUHOOK_OK};
 use crate::cuda::classify::{classify, Classification, Source};
-use crate::events::{EventKind, MemEvent};
+use crate::events::Allocation;
 use crate::Error;
 
 /// The C view of a classification. A registry record gives the allocation (start, size, api,
@@ -22,15 +22,18 @@ fn c_info(address: usize, c: &Classification) -> CMemInfo {
         Source::Registry(a) => (a.start, a.size, a.api, a.stream, a.seq),
         Source::Driver | Source::Fallback => (address, 0, c"", 0, 0),
     };
-    let mut ev = MemEvent::new(EventKind::Alloc, start, size, api);
-    ev.mem_type = c.mem_type;
-    ev.device = c.device;
-    ev.flags = c.flags;
-    ev.stream = stream;
-    ev.pool = c.pool;
-    ev.context = c.context;
+    let range = Allocation {
+        mem_type: c.mem_type,
+        device: c.device,
+        flags: c.flags,
+        stream,
+        pool: c.pool,
+        context: c.context,
+        seq,
+        ..Allocation::new(start, size, api)
+    };
     CMemInfo {
-        event: c_event(&ev),
+        event: c_range(&range, api),
         seq,
     }
 }

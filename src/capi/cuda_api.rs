@@ -5,13 +5,13 @@
 //! (`info` writable, callbacks valid until unset). Panics are caught by [`ffi_call`].
 #![allow(unsafe_code)]
 
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::status::{ffi_call, CUHOOK_OK};
 use crate::events::{self, Callback, MemEvent};
 use crate::instance::{self, Route};
-use crate::registry::{self, Allocation};
+use crate::registry::Allocation;
 use crate::{Error, Result};
 
 /// `CUHOOK_EVENT_MEM_TYPE_ALLOC`.
@@ -83,17 +83,23 @@ pub extern "C" fn cuhook_uninstall() -> c_int {
     })
 }
 
+/// The C view of an event: its range's fields, with the event's own API.
 pub(super) fn c_event(ev: &MemEvent) -> CMemEvent {
+    c_range(&ev.range, ev.api)
+}
+
+/// The C view of a range (`cuhook_mem_event_t`, as lookups and `live` fill it), naming `api`.
+pub(super) fn c_range(a: &Allocation, api: &'static CStr) -> CMemEvent {
     CMemEvent {
-        address: ev.address as *mut c_void,
-        size: ev.size,
-        mem_type: ev.mem_type as c_int,
-        device: ev.device,
-        flags: ev.flags,
-        api: ev.api.as_ptr(),
-        stream: ev.stream as *mut c_void,
-        pool: ev.pool as *mut c_void,
-        context: ev.context as *mut c_void,
+        address: a.start as *mut c_void,
+        size: a.size,
+        mem_type: a.mem_type as c_int,
+        device: a.device,
+        flags: a.flags,
+        api: api.as_ptr(),
+        stream: a.stream as *mut c_void,
+        pool: a.pool as *mut c_void,
+        context: a.context as *mut c_void,
     }
 }
 
@@ -152,7 +158,7 @@ pub unsafe extern "C" fn cuhook_set_event_handler(
                 priority,
                 callback,
                 arg as usize,
-                registry::replay_existing,
+                crate::cuda::replay_existing,
             )?;
         } else {
             events::subscribe(mask, priority, callback, arg as usize)?;
@@ -182,7 +188,7 @@ fn fill_info(info: *mut CMemInfo, a: &Allocation) {
     // SAFETY: `info` is non-null and writable (checked by callers, promised by the header).
     unsafe {
         info.write(CMemInfo {
-            event: c_event(&a.to_event()),
+            event: c_range(a, a.api),
             seq: a.seq,
         })
     };

@@ -13,11 +13,45 @@
 
 use std::ffi::CStr;
 use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::events::{self, flags, EventKind, MemEvent, MemType};
 use crate::registry::{self, Allocation};
 
 use super::query;
+
+/// Frees of pointers the registry never held, counted while the registry is attached or a
+/// subscriber listens (a free nobody observes is not looked into).
+static UNKNOWN_FREES: AtomicU64 = AtomicU64::new(0);
+/// Frees the driver refused after they were announced.
+static FAILED_FREES: AtomicU64 = AtomicU64::new(0);
+
+/// A free of a pointer the registry never saw (allocated before install).
+#[cold]
+fn note_unknown_free() {
+    UNKNOWN_FREES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A free that was announced but then refused by the driver.
+#[cold]
+fn note_failed_free() {
+    FAILED_FREES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The counters of the whole process: the registry's own, and the frees counted here.
+pub fn stats() -> registry::RegistryStats {
+    registry::RegistryStats {
+        unknown_frees: UNKNOWN_FREES.load(Ordering::Relaxed),
+        failed_frees: FAILED_FREES.load(Ordering::Relaxed),
+        ..registry::own_stats()
+    }
+}
+
+/// Feeds every range the registry holds to `emit` as an alloc event: the replay a new subscriber
+/// that asks for existing allocations receives (flagged EXISTING by the subscriber list).
+pub fn replay_existing(emit: &mut dyn FnMut(&MemEvent)) {
+    registry::global().for_each(|a| emit(&MemEvent::alloc(a)));
+}
 
 /// What a hook must finish after the real call.
 #[derive(Debug)]
@@ -72,11 +106,13 @@ pub fn alloc(
         api,
         seq: 0,
     };
-    if attached {
-        registry::hot().insert(a);
-    }
+    let seq = if attached {
+        registry::hot().insert(a).seq.unwrap_or(0)
+    } else {
+        0
+    };
     if subscribed {
-        events::list().dispatch(&a.to_event());
+        events::list().dispatch(&MemEvent::alloc(Allocation { seq, ..a }));
     }
 }
 
@@ -96,14 +132,8 @@ pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream:
     match removed {
         Some(record) => {
             if events::list().has_subscribers() {
-                events::list().dispatch(&free_event(
-                    api,
-                    &record,
-                    record.start,
-                    record.size,
-                    extra_flags,
-                    stream,
-                ));
+                events::list()
+                    .dispatch(&MemEvent::free(api, flagged(&record, extra_flags, stream)));
             }
             Pending::Announced(record)
         }
@@ -131,23 +161,16 @@ fn unknown_free(api: &'static CStr, address: usize, extra_flags: u32, stream: us
         if d.mem_type == MemType::Host {
             record.flags = flags::PINNED_HOST;
         }
-        registry::note_unknown_free();
+        note_unknown_free();
         if events::list().has_subscribers() {
-            events::list().dispatch(&free_event(
-                api,
-                &record,
-                d.base,
-                d.size,
-                extra_flags,
-                stream,
-            ));
+            events::list().dispatch(&MemEvent::free(api, flagged(&record, extra_flags, stream)));
         }
         return Pending::Announced(record);
     }
-    let mut ev = MemEvent::new(EventKind::Free, address, 0, api);
-    ev.flags = extra_flags;
-    ev.stream = stream;
-    Pending::Unknown(ev)
+    let mut range = Allocation::new(address, 0, api);
+    range.flags = extra_flags;
+    range.stream = stream;
+    Pending::Unknown(MemEvent::free(api, range))
 }
 
 /// Announce the removal of `[address, address+size)` (a VMM unmap, possibly of part of a
@@ -161,37 +184,33 @@ pub fn unmap_before(api: &'static CStr, address: usize, size: usize) -> Pending 
     }
     match registry::hot().lookup(address) {
         Some(r) => {
-            let ev = free_event(api, &r, address, size, flags::VMM, 0);
+            let span = Allocation {
+                start: address,
+                size,
+                ..flagged(&r, flags::VMM, 0)
+            };
+            let ev = MemEvent::free(api, span);
             events::list().dispatch(&ev);
             Pending::AnnouncedSpan(ev)
         }
         None => {
-            let mut ev = MemEvent::new(EventKind::Free, address, size, api);
-            ev.mem_type = MemType::Cuda;
-            ev.flags = flags::VMM;
-            Pending::Unknown(ev)
+            let mut span = Allocation::new(address, size, api);
+            span.mem_type = MemType::Cuda;
+            span.flags = flags::VMM;
+            Pending::Unknown(MemEvent::free(api, span))
         }
     }
 }
 
-fn free_event(
-    api: &'static CStr,
-    r: &Allocation,
-    address: usize,
-    size: usize,
-    extra_flags: u32,
-    stream: usize,
-) -> MemEvent {
-    let mut ev = r.to_event();
-    ev.kind = EventKind::Free;
-    ev.address = address;
-    ev.size = size;
-    ev.api = api;
-    ev.flags |= extra_flags;
-    if stream != 0 {
-        ev.stream = stream;
+/// The range a free event carries: what was known of it, with the free's own flags, and the
+/// free's stream when it names one.
+#[inline(always)]
+fn flagged(r: &Allocation, extra_flags: u32, stream: usize) -> Allocation {
+    Allocation {
+        flags: r.flags | extra_flags,
+        stream: if stream != 0 { stream } else { r.stream },
+        ..*r
     }
-    ev
 }
 
 /// Teardown: remove every range matching `pred` and announce a free for each (VMM mappings
@@ -207,7 +226,7 @@ pub fn purge_before(api: &'static CStr, pred: impl Fn(&Allocation) -> bool) -> P
     registry::hot().purge(
         |a| a.flags & flags::VMM == 0 && pred(a),
         |a| {
-            events::list().dispatch(&free_event(api, &a, a.start, a.size, flags::PURGED, 0));
+            events::list().dispatch(&MemEvent::free(api, flagged(&a, flags::PURGED, 0)));
             // Kept to be put back if the driver refuses; without the memory to keep it, a
             // refusal leaves it out of the registry, counted untracked.
             if purged.try_reserve(1).is_ok() {
@@ -276,21 +295,21 @@ pub fn global(
             return;
         }
     }
-    let mut ev = MemEvent::new(EventKind::Alloc, address, size, api);
-    ev.flags = flags::GLOBAL;
-    ev.pool = owner;
-    ev.mem_type = match kind {
+    let mut range = Allocation::new(address, size, api);
+    range.flags = flags::GLOBAL;
+    range.pool = owner;
+    range.mem_type = match kind {
         Global::InContext if !query::is_managed(address) => MemType::Cuda,
         _ => MemType::CudaManaged,
     };
     if kind != Global::LibraryManaged {
         let ctx = query::current_context();
-        ev.context = ctx as usize;
-        ev.device = query::device_of(ctx);
+        range.context = ctx as usize;
+        range.device = query::device_of(ctx);
     }
-    registry::hot().insert(Allocation::from_event(&ev));
+    range.seq = registry::hot().insert(range).seq.unwrap_or(0);
     if announce == Announce::Dispatch && events::list().has_subscribers() {
-        events::list().dispatch(&ev);
+        events::list().dispatch(&MemEvent::alloc(range));
     }
 }
 
@@ -333,22 +352,22 @@ pub fn graph_alloc(api: &'static CStr, address: usize, size: usize, device: Opti
     if !attached && !subscribed {
         return;
     }
-    let mut ev = MemEvent::new(EventKind::Alloc, address, size, api);
-    ev.mem_type = MemType::Cuda;
-    ev.flags = flags::GRAPH;
+    let mut range = Allocation::new(address, size, api);
+    range.mem_type = MemType::Cuda;
+    range.flags = flags::GRAPH;
     let ctx = query::current_context();
     let ctx_device = query::device_of(ctx);
-    ev.device = device.unwrap_or(ctx_device);
-    ev.context = if ev.device == ctx_device {
+    range.device = device.unwrap_or(ctx_device);
+    range.context = if range.device == ctx_device {
         ctx as usize
     } else {
         0
     };
     if attached {
-        registry::hot().insert(Allocation::from_event(&ev));
+        range.seq = registry::hot().insert(range).seq.unwrap_or(0);
     }
     if subscribed {
-        events::list().dispatch(&ev);
+        events::list().dispatch(&MemEvent::alloc(range));
     }
 }
 
@@ -359,7 +378,7 @@ pub fn unload_before(api: &'static CStr, owner: usize) -> Pending {
     if owner != 0 && !registry::hot().is_empty() {
         registry::hot().purge(
             |a| a.flags & flags::GLOBAL != 0 && a.pool == owner,
-            |a| events::list().dispatch(&free_event(api, &a, a.start, a.size, flags::PURGED, 0)),
+            |a| events::list().dispatch(&MemEvent::free(api, flagged(&a, flags::PURGED, 0))),
         );
     }
     Pending::Nothing
@@ -383,17 +402,17 @@ pub fn settle(pending: Pending, ok: bool) {
             if ok {
                 unmapped(&free);
             } else {
-                registry::note_failed_free();
+                note_failed_free();
                 let mut ev = free;
                 ev.kind = EventKind::Alloc;
-                ev.flags |= flags::EXISTING;
+                ev.range.flags |= flags::EXISTING;
                 events::list().dispatch(&ev);
             }
         }
         Pending::Unknown(ev) => {
             if ok {
                 unmapped(&ev);
-                registry::note_unknown_free();
+                note_unknown_free();
                 events::list().dispatch(&ev);
             }
         }
@@ -403,8 +422,8 @@ pub fn settle(pending: Pending, ok: bool) {
 
 /// After a successful unmap (a span event, size > 0), the span leaves the registry.
 fn unmapped(ev: &MemEvent) {
-    if ev.flags & flags::VMM != 0 && ev.size != 0 && registry::attached_hot() {
-        registry::hot().remove(ev.address, ev.size);
+    if ev.range.flags & flags::VMM != 0 && ev.range.size != 0 && registry::attached_hot() {
+        registry::hot().remove(ev.range.start, ev.range.size);
     }
 }
 
@@ -421,11 +440,9 @@ fn purged(ranges: Vec<Allocation>, ok: bool) {
 /// Puts back a range whose free the driver refused, and announces it again.
 #[cold]
 fn refused(record: &Allocation) {
-    registry::note_failed_free();
+    note_failed_free();
     if registry::attached_hot() {
         registry::hot().insert(*record);
     }
-    let mut ev = record.to_event();
-    ev.flags |= flags::EXISTING;
-    events::list().dispatch(&ev);
+    events::list().dispatch(&MemEvent::alloc(flagged(record, flags::EXISTING, 0)));
 }

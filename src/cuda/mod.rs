@@ -16,6 +16,8 @@ mod resolve;
 mod table;
 
 pub use classify::{classify, Classification, Source};
+pub(crate) use emit::replay_existing;
+pub use emit::stats;
 pub use fatbin::ManagedScan;
 pub use loaded::set_managed_scan;
 pub use procaddress::LookupCounts;

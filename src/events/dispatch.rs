@@ -98,10 +98,8 @@ impl SubscriberList {
             if entry.mask & bit == 0 {
                 return;
             }
-            let ev = MemEvent {
-                flags: ev.flags | flags::EXISTING,
-                ..*ev
-            };
+            let mut ev = *ev;
+            ev.range.flags |= flags::EXISTING;
             self.replay_one(&entry, &ev, bit);
         };
         replay(&mut emit);

@@ -16,6 +16,7 @@
 //! The free functions work on one process-wide [`SubscriberList`]; the type itself can be
 //! instantiated for tests and embedding.
 
+mod allocation;
 mod callback;
 pub(crate) mod closure;
 mod dispatch;
@@ -37,7 +38,7 @@ pub use grace::asymmetric_barriers;
 pub use guard::HookGuard;
 pub use slots::MAX_DEPTH;
 pub use subscribers::{DispatchStats, SubscriberList, CAPACITY};
-pub use types::{flags, mask, EventKind, EventMask, MemEvent, MemType};
+pub use types::{flags, mask, Allocation, EventKind, EventMask, MemEvent, MemType};
 
 use crate::Result;
 

@@ -2,6 +2,8 @@
 
 use core::ffi::CStr;
 
+pub use super::allocation::Allocation;
+
 /// What kind of memory a range is. The discriminants are the C API's `CUHOOK_MEM_TYPE_*` values.
 #[repr(i32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -161,47 +163,41 @@ pub mod mask {
     pub const ALL: EventMask = EventMask::ALL;
 }
 
-/// One memory event. `size` is the size the caller asked for (alloc) or the registry's record of
-/// the allocation (free; 0 when the registry did not know the pointer).
+/// One memory event: which way, the call that made it, and the range — the same
+/// [`Allocation`] value the hook built and the registry records, carried without conversion.
+///
+/// In an alloc event `range` is the new allocation (`range.size` the size asked for, its `seq`
+/// the registry's number when the registry is attached). In a free event it is what was known of
+/// the allocation when it went — the registry's record, or the driver's description of a
+/// pointer the registry never held — with the free's own flags added; `range.size` is 0 when
+/// nothing knew the pointer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemEvent {
     /// Allocation or free.
     pub kind: EventKind,
-    /// First byte of the range.
-    pub address: usize,
-    /// Length in bytes.
-    pub size: usize,
-    /// Memory type.
-    pub mem_type: MemType,
-    /// Device ordinal, -1 for host or unknown.
-    pub device: i32,
-    /// [`flags`] bits.
-    pub flags: u32,
-    /// `CUstream` / `cudaStream_t` value for stream-ordered calls, else 0.
-    pub stream: usize,
-    /// `CUmemoryPool` handle for pool allocations; the owning `CUmodule`/`CUlibrary` for
-    /// [`flags::GLOBAL`] ranges; else 0.
-    pub pool: usize,
-    /// `CUcontext` the allocation belongs to where known, else 0.
-    pub context: usize,
-    /// The API entry point the application called (the outermost hooked call), e.g. `cudaMallocAsync`.
+    /// The API entry point the application called (the outermost hooked call), e.g.
+    /// `cudaFreeAsync` for a free of a range `cudaMallocAsync` made (`range.api`).
     pub api: &'static CStr,
+    /// The range and everything known about it.
+    pub range: Allocation,
 }
 
 impl MemEvent {
-    /// An event with every optional field empty.
-    pub const fn new(kind: EventKind, address: usize, size: usize, api: &'static CStr) -> Self {
+    /// The alloc event of `range` (made by `range.api`).
+    pub const fn alloc(range: Allocation) -> Self {
         MemEvent {
-            kind,
-            address,
-            size,
-            mem_type: MemType::Unknown,
-            device: -1,
-            flags: 0,
-            stream: 0,
-            pool: 0,
-            context: 0,
+            kind: EventKind::Alloc,
+            api: range.api,
+            range,
+        }
+    }
+
+    /// The free event of `range`, freed by `api`.
+    pub const fn free(api: &'static CStr, range: Allocation) -> Self {
+        MemEvent {
+            kind: EventKind::Free,
             api,
+            range,
         }
     }
 }

@@ -136,15 +136,15 @@ impl Record {
 
     pub(crate) fn of_event(ev: &MemEvent) -> Record {
         Record {
-            start: ev.address,
-            size: ev.size,
-            mem_type: ev.mem_type as c_int,
-            device: ev.device,
-            flags: ev.flags,
+            start: ev.range.start,
+            size: ev.range.size,
+            mem_type: ev.range.mem_type as c_int,
+            device: ev.range.device,
+            flags: ev.range.flags,
             kind: ev.kind as c_int,
-            pool: ev.pool,
-            stream: ev.stream,
-            context: ev.context,
+            pool: ev.range.pool,
+            stream: ev.range.stream,
+            context: ev.range.context,
             api: ev.api.as_ptr(),
             seq: 0,
         }
@@ -200,14 +200,17 @@ impl Record {
             _ => return None,
         };
         // SAFETY: forwarded.
-        let mut ev = MemEvent::new(kind, self.start, self.size, unsafe { self.api() });
-        ev.mem_type = self.mem_type();
-        ev.device = self.device;
-        ev.flags = self.flags;
-        ev.pool = self.pool;
-        ev.stream = self.stream;
-        ev.context = self.context;
-        Some(ev)
+        let api = unsafe { self.api() };
+        let range = Allocation {
+            mem_type: self.mem_type(),
+            device: self.device,
+            flags: self.flags,
+            pool: self.pool,
+            stream: self.stream,
+            context: self.context,
+            ..Allocation::new(self.start, self.size, api)
+        };
+        Some(MemEvent { kind, api, range })
     }
 }
 
@@ -325,7 +328,7 @@ unsafe extern "C" fn stats(out: *mut RegistryStats) {
         || {
             if !out.is_null() {
                 // SAFETY: a writable out-parameter.
-                unsafe { out.write(registry::stats()) };
+                unsafe { out.write(crate::cuda::stats()) };
             }
         },
         || (),

@@ -14,7 +14,7 @@
 
 use super::Registry;
 use crate::Result;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 #[cfg(not(loom))]
 static GLOBAL: Registry = Registry::new();
@@ -23,8 +23,6 @@ static GLOBAL: Registry = Registry::new();
 #[cfg(loom)]
 static GLOBAL: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(Registry::new);
 static ATTACHED: AtomicBool = AtomicBool::new(false);
-static UNKNOWN_FREES: AtomicU64 = AtomicU64::new(0);
-static FAILED_FREES: AtomicU64 = AtomicU64::new(0);
 
 /// The registry the CUDA hooks maintain.
 ///
@@ -80,32 +78,12 @@ pub fn detach() {
     global().set_open(&ATTACHED, false);
 }
 
-/// Feed every range the registry holds to `emit` as an alloc event: the replay a new subscriber
-/// that asks for existing allocations receives.
-pub fn replay_existing(emit: &mut dyn FnMut(&crate::events::MemEvent)) {
-    global().for_each(|a| emit(&a.to_event()));
-}
-
-/// A free of a pointer the registry never saw (allocated before install). Not inlinable into
-/// other crates (see [`global`]): the hooks call it.
-#[inline(never)]
-pub fn note_unknown_free() {
-    UNKNOWN_FREES.fetch_add(1, Ordering::Relaxed);
-}
-
 /// A range left out of the registry for lack of memory outside the registry's own edits (a
 /// teardown's list of what to put back if it is refused). Counted with the registry's own.
 #[cold]
 #[inline(never)]
 pub fn note_untracked() {
     global().stats.untracked.fetch_add(1, Ordering::Relaxed);
-}
-
-/// A free that was announced but then refused by the driver. Not inlinable into other crates
-/// (see [`global`]): the hooks call it.
-#[inline(never)]
-pub fn note_failed_free() {
-    FAILED_FREES.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Counters for reports. `repr(C)`: the same struct is `cuhook_stats_t` of the C API and what
@@ -131,15 +109,17 @@ pub struct RegistryStats {
     pub untracked: u64,
 }
 
-/// The global registry's counters now. Not inlinable into other crates (see [`global`]).
+/// The global registry's own counters now; the free counters (kept where frees are announced,
+/// `crate::cuda::emit`) are left 0 here and filled by [`crate::cuda::stats`]. Not inlinable into
+/// other crates (see [`global`]).
 #[inline(never)]
-pub fn stats() -> RegistryStats {
+pub fn own_stats() -> RegistryStats {
     RegistryStats {
         live: global().len(),
         live_bytes: global().live_bytes(),
         missed_frees: global().missed_frees(),
-        unknown_frees: UNKNOWN_FREES.load(Ordering::Relaxed),
-        failed_frees: FAILED_FREES.load(Ordering::Relaxed),
+        unknown_frees: 0,
+        failed_frees: 0,
         untracked: global().untracked(),
     }
 }

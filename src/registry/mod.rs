@@ -75,104 +75,13 @@ mod loom_tests;
 mod tests;
 
 use crate::atomics::{const_unless_loom, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use core::ffi::CStr;
 
-use crate::events::{MemEvent, MemType};
+pub use crate::events::Allocation;
 use crate::locks::WriterLock;
-pub use global::{
-    attach, attached, detach, global, note_failed_free, note_unknown_free, replay_existing, stats,
-    RegistryStats,
-};
+pub use global::{attach, attached, detach, global, own_stats, RegistryStats};
 pub(crate) use global::{attached_hot, hot, note_untracked};
 use table::{Table, Top};
 use write::Writer;
-
-/// One registered address range and what is known about it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Allocation {
-    /// First byte of the range.
-    pub start: usize,
-    /// At least 1 for any registered range.
-    pub size: usize,
-    /// Memory type.
-    pub mem_type: MemType,
-    /// Device ordinal, -1 for host or unknown.
-    pub device: i32,
-    /// [`crate::events::flags`] bits.
-    pub flags: u32,
-    /// `CUmemoryPool` handle; the owning `CUmodule`/`CUlibrary` for a
-    /// [`crate::events::flags::GLOBAL`] range; else 0.
-    pub pool: usize,
-    /// Stream of a stream-ordered allocation, else 0.
-    pub stream: usize,
-    /// `CUcontext` where known, else 0.
-    pub context: usize,
-    /// The API that allocated it.
-    pub api: &'static CStr,
-    /// Assigned by [`Registry::insert`], increasing from 1; pieces of a split range keep it.
-    pub seq: u64,
-}
-
-impl Allocation {
-    /// A range with every optional field empty.
-    pub const fn new(start: usize, size: usize, api: &'static CStr) -> Self {
-        Allocation {
-            start,
-            size,
-            mem_type: MemType::Unknown,
-            device: -1,
-            flags: 0,
-            pool: 0,
-            stream: 0,
-            context: 0,
-            api,
-            seq: 0,
-        }
-    }
-
-    /// The range an alloc event describes.
-    pub const fn from_event(e: &MemEvent) -> Self {
-        Allocation {
-            start: e.address,
-            size: e.size,
-            mem_type: e.mem_type,
-            device: e.device,
-            flags: e.flags,
-            pool: e.pool,
-            stream: e.stream,
-            context: e.context,
-            api: e.api,
-            seq: 0,
-        }
-    }
-
-    /// Last byte of the range (inclusive, so a range may end at `usize::MAX`).
-    pub const fn last(&self) -> usize {
-        self.start.saturating_add(self.size.saturating_sub(1))
-    }
-
-    /// This allocation as an alloc event (replays to new subscribers).
-    pub fn to_event(&self) -> MemEvent {
-        let mut ev = MemEvent::new(
-            crate::events::EventKind::Alloc,
-            self.start,
-            self.size,
-            self.api,
-        );
-        ev.mem_type = self.mem_type;
-        ev.device = self.device;
-        ev.flags = self.flags;
-        ev.stream = self.stream;
-        ev.pool = self.pool;
-        ev.context = self.context;
-        ev
-    }
-
-    /// Whether `ptr` lies in the range.
-    pub const fn contains(&self, ptr: usize) -> bool {
-        self.size != 0 && ptr >= self.start && ptr - self.start < self.size
-    }
-}
 
 /// What an insert did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -66,7 +66,7 @@ pub fn render() -> String {
     let mut r = String::new();
     let _ = writeln!(r, "==== cuhook report (pid {}) ====", std::process::id());
 
-    let rs = registry::stats();
+    let rs = crate::cuda::stats();
     let summary = Summary {
         apis: stats::api_counts(),
         usage: stats::usage(),

@@ -205,15 +205,14 @@ mod tests {
 
     #[test]
     fn a_written_line_reads_back() {
-        let mut ev = crate::events::MemEvent::new(
-            EventKind::Alloc,
+        let mut ev = crate::events::MemEvent::alloc(crate::events::Allocation::new(
             0x7f00_0000_1000,
             4096,
             c"cudaMallocAsync",
-        );
-        ev.mem_type = MemType::Cuda;
-        ev.device = 1;
-        ev.flags = 1;
+        ));
+        ev.range.mem_type = MemType::Cuda;
+        ev.range.device = 1;
+        ev.range.flags = 1;
         let mut written = String::new();
         super::super::trace::format(&ev, 42, 1_700_000_000_000_000_000, &mut written).unwrap();
         assert_eq!(written.trim_end(), ALLOC);

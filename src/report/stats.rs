@@ -71,8 +71,11 @@ fn column(device: i32) -> usize {
 
 /// The subscriber.
 pub fn on_event(ev: &MemEvent, _context: usize) {
-    let size = ev.size as u64;
-    let (t, d) = (ev.mem_type as usize % MEM_TYPES, column(ev.device));
+    let size = ev.range.size as u64;
+    let (t, d) = (
+        ev.range.mem_type as usize % MEM_TYPES,
+        column(ev.range.device),
+    );
     match ev.kind {
         EventKind::Alloc => {
             if let Some(r) = row(ev.api) {

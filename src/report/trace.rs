@@ -62,13 +62,13 @@ pub fn format(ev: &MemEvent, tid: i64, time_ns: u64, out: &mut impl Write) -> st
         out,
         "{{\"event\":\"{kind}\",\"api\":\"{}\",\"address\":\"{:#x}\",\"size\":{},\"mem_type\":\"{}\",\"device\":{},\"flags\":{},\"stream\":\"{:#x}\",\"pool\":\"{:#x}\",\"tid\":{tid},\"time_ns\":{time_ns}}}",
         ev.api.to_str().unwrap_or("?"),
-        ev.address,
-        ev.size,
-        ev.mem_type.name(),
-        ev.device,
-        ev.flags,
-        ev.stream,
-        ev.pool,
+        ev.range.start,
+        ev.range.size,
+        ev.range.mem_type.name(),
+        ev.range.device,
+        ev.range.flags,
+        ev.range.stream,
+        ev.range.pool,
     )
 }
 
@@ -116,14 +116,14 @@ pub fn on_event(ev: &MemEvent, _context: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::{flags, MemType};
+    use crate::events::{flags, Allocation, MemType};
 
     #[test]
     fn a_trace_line_is_one_json_object() {
-        let mut ev = MemEvent::new(EventKind::Alloc, 0x7f00_0000_1000, 4096, c"cudaMallocAsync");
-        ev.mem_type = MemType::Cuda;
-        ev.device = 1;
-        ev.flags = flags::STREAM_ORDERED;
+        let mut ev = MemEvent::alloc(Allocation::new(0x7f00_0000_1000, 4096, c"cudaMallocAsync"));
+        ev.range.mem_type = MemType::Cuda;
+        ev.range.device = 1;
+        ev.range.flags = flags::STREAM_ORDERED;
         let mut s = String::new();
         format(&ev, 42, 1_700_000_000_000_000_000, &mut s).unwrap();
         assert_eq!(

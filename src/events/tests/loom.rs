@@ -53,7 +53,10 @@ fn added_cb(_: &MemEvent, _: usize) {
 }
 
 fn event() -> MemEvent {
-    MemEvent::new(EventKind::Free, 0x1000, 64, c"cuMemFree_v2")
+    MemEvent::free(
+        c"cuMemFree_v2",
+        Allocation::new(0x1000, 64, c"cuMemFree_v2"),
+    )
 }
 
 /// `unsubscribe` returns only once the callback can no longer run on another thread: the

@@ -57,8 +57,8 @@ fn record(ev: &MemEvent, context: usize) {
     r.log.lock().unwrap().push(Seen {
         tag: r.tag,
         kind: ev.kind,
-        address: ev.address,
-        flags: ev.flags,
+        address: ev.range.start,
+        flags: ev.range.flags,
     });
 }
 
@@ -75,11 +75,14 @@ fn tags(log: &Mutex<Vec<Seen>>) -> Vec<u32> {
 }
 
 fn alloc(address: usize) -> MemEvent {
-    MemEvent::new(EventKind::Alloc, address, 4096, c"cuMemAlloc_v2")
+    MemEvent::alloc(Allocation::new(address, 4096, c"cuMemAlloc_v2"))
 }
 
 fn free(address: usize) -> MemEvent {
-    MemEvent::new(EventKind::Free, address, 4096, c"cuMemFree_v2")
+    MemEvent::free(
+        c"cuMemFree_v2",
+        Allocation::new(address, 4096, c"cuMemFree_v2"),
+    )
 }
 
 /// Fails the test run (abort) if it is not dropped within 20 s: a deadlock would otherwise hang

@@ -15,7 +15,7 @@ struct Nester {
 fn allocate_again(ev: &MemEvent, context: usize) {
     let n: &Nester = ctx(context);
     n.calls.fetch_add(1, Ordering::Relaxed);
-    n.list.dispatch(&alloc(ev.address + 1));
+    n.list.dispatch(&alloc(ev.range.start + 1));
 }
 
 #[test]
@@ -47,12 +47,11 @@ fn hooked_cu_mem_alloc_async(list: &SubscriberList, address: usize) {
         OUTER_SEEN_BY_DRIVER.set(HookGuard::outermost_api());
         return;
     };
-    list.dispatch(&MemEvent::new(
-        EventKind::Alloc,
+    list.dispatch(&MemEvent::alloc(Allocation::new(
         address,
         1,
         c"cuMemAllocAsync",
-    ));
+    )));
 }
 
 /// Stand-in for the `cudaMallocAsync` hook, whose original reaches the driver through the
@@ -62,12 +61,11 @@ fn hooked_cuda_malloc_async(list: &SubscriberList, address: usize) {
         return hooked_cu_mem_alloc_async(list, address);
     };
     hooked_cu_mem_alloc_async(list, address); // the original runtime function
-    list.dispatch(&MemEvent::new(
-        EventKind::Alloc,
+    list.dispatch(&MemEvent::alloc(Allocation::new(
         address,
         1,
         c"cudaMallocAsync",
-    ));
+    )));
 }
 
 struct Allocator {
@@ -80,7 +78,7 @@ fn record_and_allocate_once(ev: &MemEvent, context: usize) {
     let a: &Allocator = ctx(context);
     let first = {
         let mut seen = a.seen.lock().unwrap();
-        seen.push((ev.api, ev.address));
+        seen.push((ev.api, ev.range.start));
         seen.len() == 1
     };
     if first {

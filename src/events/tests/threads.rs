@@ -50,7 +50,7 @@ struct Rounds {
 /// late call that the live re-check must prevent.
 fn hold_old_snapshot(ev: &MemEvent, context: usize) {
     let r: &Rounds = ctx(context);
-    let round = ev.address as u64;
+    let round = ev.range.start as u64;
     if round == 0
         || r.holder
             .compare_exchange(round - 1, round, Ordering::AcqRel, Ordering::Relaxed)
