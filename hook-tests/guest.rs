@@ -538,8 +538,8 @@ fn the_decoders_import_nothing_from_the_host() {
     assert!(leaked.is_empty(), "{leaked:?}");
 }
 
-/// The statics an allocation hook reads (the registry, its attached flag and counters, the
-/// subscriber list and, when it dispatches, the grace period's state, the hook's original) are
+/// The statics an allocation hook reads (the registry, its attached flag and counters, the free
+/// counters, whether stacks are recorded, the subscriber list and, when it dispatches, the grace period's state, the hook's original) are
 /// addressed directly, not through the GOT. rustc gives a static a GOT entry when another crate
 /// could reach it (an inlinable public function touching it, a public table pointing at it),
 /// and the hook then loads its address from there first: one more instruction and one more
@@ -561,8 +561,9 @@ fn the_hooks_reach_their_statics_without_the_got() {
     let wanted = [
         "8registry6global6GLOBAL17h",
         "8registry6global8ATTACHED17h",
-        "8registry6global13UNKNOWN_FREES17h",
-        "8registry6global12FAILED_FREES17h",
+        "4cuda4emit13UNKNOWN_FREES17h",
+        "4cuda4emit12FAILED_FREES17h",
+        "6stacks6global5DEPTH17h",
         "6events11SUBSCRIBERS17h",
         "6events5grace5EPOCH17h",
         "6events5grace10ASYMMETRIC17h",

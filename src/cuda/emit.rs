@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::events::{self, flags, EventKind, MemEvent, MemType};
 use crate::registry::{self, Allocation};
+use crate::stacks::StackId;
 
 use super::query;
 
@@ -85,6 +86,55 @@ pub fn alloc(
     stream: usize,
     pool: usize,
 ) {
+    if crate::stacks::recording() {
+        return alloc_with_stack(api, mem_type, address, size, extra_flags, stream, pool);
+    }
+    announce(
+        api,
+        mem_type,
+        address,
+        size,
+        (extra_flags, stream, pool),
+        StackId::NONE,
+    );
+}
+
+/// [`alloc`] with the call stack that made the allocation (stacks recorded). A copy of its own,
+/// out of line: with the stack id carried through the hooks' one body, they spilled registers
+/// and built the range in memory, 20 more instructions per pair with stacks off.
+#[cold]
+#[inline(never)]
+fn alloc_with_stack(
+    api: &'static CStr,
+    mem_type: MemType,
+    address: usize,
+    size: usize,
+    extra_flags: u32,
+    stream: usize,
+    pool: usize,
+) {
+    let stack = crate::stacks::here();
+    announce(
+        api,
+        mem_type,
+        address,
+        size,
+        (extra_flags, stream, pool),
+        stack,
+    );
+}
+
+/// Builds the new range once, registers it and tells the subscribers (with the registry's
+/// number for it). `(flags, stream, pool)` as [`alloc`] takes them.
+#[inline(always)]
+fn announce(
+    api: &'static CStr,
+    mem_type: MemType,
+    address: usize,
+    size: usize,
+    (extra_flags, stream, pool): (u32, usize, usize),
+    stack: StackId,
+) {
     if address == 0 || size == 0 {
         return;
     }
@@ -104,6 +154,7 @@ pub fn alloc(
         stream,
         context: ctx as usize,
         api,
+        stack,
         seq: 0,
     };
     let seq = if attached {

@@ -2,6 +2,8 @@
 
 use core::ffi::CStr;
 
+use crate::stacks::StackId;
+
 #[allow(unused_imports)] // doc links
 use super::types::{MemEvent, MemType};
 
@@ -29,6 +31,9 @@ pub struct Allocation {
     pub context: usize,
     /// The API that allocated it (in a free event, [`MemEvent::api`] is the call that frees it).
     pub api: &'static CStr,
+    /// The call stack that allocated it, when stacks are recorded (`CUHOOK_STACKS`;
+    /// [`crate::stacks::frames`] gives its frames); [`StackId::NONE`] otherwise.
+    pub stack: StackId,
     /// Assigned by the registry when it records the range, increasing from 1 (pieces of a
     /// split range keep it); 0 for a range it never recorded.
     pub seq: u64,
@@ -47,6 +52,7 @@ impl Allocation {
             stream: 0,
             context: 0,
             api,
+            stack: StackId::NONE,
             seq: 0,
         }
     }

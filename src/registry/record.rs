@@ -38,7 +38,7 @@ pub(super) struct Record {
     stream: AtomicUsize,
     context: AtomicUsize,
     api_ptr: AtomicPtr<u8>,
-    /// `api` length with NUL `<< 8 | mem_type`.
+    /// `stack id << 32 | api length with NUL << 8 | mem_type`.
     api_len_type: AtomicUsize,
     /// `device as u32 | flags << 32`.
     dev_flags: AtomicU64,
@@ -150,7 +150,9 @@ impl Record {
         self.stream.store(a.stream, Relaxed);
         self.context.store(a.context, Relaxed);
         self.api_ptr.store(api.as_ptr().cast_mut(), Relaxed);
-        self.api_len_type.store(api.len() << 8 | mem_type, Relaxed);
+        let stack = (a.stack.0 as usize) << 32;
+        self.api_len_type
+            .store(stack | (api.len() as u32 as usize) << 8 | mem_type, Relaxed);
         self.dev_flags
             .store(a.device as u32 as u64 | (a.flags as u64) << 32, Relaxed);
         self.version.store(v.wrapping_add(2), Release);
@@ -172,7 +174,8 @@ impl RawRecord {
     /// writer lock) of a record filled by [`Record::store`].
     #[inline(always)]
     pub(super) unsafe fn into_allocation(self) -> Allocation {
-        let len = self.api_len_type >> 8;
+        // 24 bits of length (API names are short), then the stack id.
+        let len = (self.api_len_type as u32 >> 8) as usize;
         // SAFETY: per the contract, (api_ptr, len) came from `to_bytes_with_nul` of a
         // `&'static CStr`: valid for 'static, NUL-terminated, no interior NUL.
         let api = unsafe {
@@ -194,6 +197,7 @@ impl RawRecord {
             stream: self.stream,
             context: self.context,
             api,
+            stack: crate::stacks::StackId((self.api_len_type >> 32) as u32),
             seq: self.seq,
         }
     }

@@ -18,6 +18,7 @@
 //! only.
 
 mod bounds;
+mod global;
 pub mod module;
 pub mod symbolize;
 mod table;
@@ -26,6 +27,8 @@ mod unwind;
 #[cfg(test)]
 mod tests;
 
+pub use global::{after_fork_in_child, depth, disable, enable, frames, table, DEFAULT_CAPACITY};
+pub(crate) use global::{here, recording};
 pub use table::{Table, TableStats};
 pub use unwind::{capture, capture_from, forget_unwind_rules, Registers, MAX_FRAMES};
 

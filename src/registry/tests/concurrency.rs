@@ -47,6 +47,7 @@ fn churn(start: usize, size: usize) -> Allocation {
         stream: size,
         context: m as usize,
         api: APIS[(m >> 16) as usize % APIS.len()],
+        stack: crate::stacks::StackId((m >> 24) as u32),
         seq: 0,
     }
 }

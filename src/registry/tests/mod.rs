@@ -249,6 +249,7 @@ pub(super) fn alloc(start: usize, size: usize, tag: u64) -> Allocation {
         stream: (tag as usize).rotate_left(17),
         context: !(tag as usize),
         api: APIS[(tag % 4) as usize],
+        stack: crate::stacks::StackId((tag >> 40) as u32),
         seq: 0,
     }
 }
