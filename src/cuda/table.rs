@@ -196,6 +196,7 @@ macro_rules! cuda_hooks {
                 /// As [`hook`].
                 #[inline(always)]
                 #[allow(unused_variables, unused_mut, unused_assignments)]
+                #[allow(clippy::too_many_arguments)] // the C function's own arguments
                 unsafe fn through<const C: usize>($($arg: $ty),*) -> $ret {
                     let store = if C == 0 { &ORIGINAL } else { &CHAIN[C.saturating_sub(1)] };
                     let real = store.load(Ordering::Acquire);

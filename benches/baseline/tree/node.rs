@@ -309,6 +309,7 @@ impl RawRecord {
             stream: self.stream,
             context: self.context,
             api,
+            stack: cuhook::stacks::StackId::NONE,
             seq: self.seq,
         }
     }
