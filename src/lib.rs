@@ -69,8 +69,8 @@ pub mod stacks;
 mod sys;
 
 pub use api::{
-    hook_table, install, lookup, lookup_span, stats, subscribe, subscribe_with_existing, Address,
-    Installation, Subscription,
+    hook_table, install, lookup, lookup_span, record_stacks, stats, subscribe,
+    subscribe_with_existing, Address, Installation, Subscription,
 };
 pub use error::{Error, Result};
 

@@ -151,6 +151,24 @@ pub fn stats() -> RegistryStats {
     }
 }
 
+/// Record the call stack of every allocation from now on, `depth` frames of it (at most
+/// [`crate::stacks::MAX_FRAMES`]; 0 stops recording): [`Allocation::stack`] then names it, and
+/// [`crate::stacks::frames`] gives its return addresses. What `CUHOOK_STACKS=N` does at start.
+/// Unique stacks are kept in a table of [`crate::stacks::DEFAULT_CAPACITY`] (allocated on the
+/// first call); allocations from stacks beyond it get [`crate::stacks::StackId::OTHER`].
+pub fn record_stacks(depth: usize) {
+    if depth == 0 {
+        crate::stacks::disable();
+    } else {
+        enable_stacks(depth, crate::stacks::DEFAULT_CAPACITY);
+    }
+}
+
+/// [`record_stacks`] with a table of `capacity` unique stacks (`CUHOOK_STACKS_MAX`).
+pub(crate) fn enable_stacks(depth: usize, capacity: u32) {
+    crate::stacks::enable(depth, capacity, crate::hooks::own_code_range());
+}
+
 /// Every hooked CUDA symbol.
 ///
 /// ```

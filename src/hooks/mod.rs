@@ -56,8 +56,8 @@ pub fn substitute(address: usize) -> usize {
     substitution::substitute(address)
 }
 pub use set::{Hook, HookSet, OriginalStore};
-pub(crate) use skip::own_object_is_the_c_library;
 pub use skip::{exclude_list, set_exclude_list, skip_reason, SkipReason};
+pub(crate) use skip::{own_code_range, own_object_is_the_c_library};
 
 use crate::elf::RelocKind;
 use crate::Result;

@@ -83,6 +83,26 @@ pub fn exclude_list() -> Vec<String> {
     }
 }
 
+/// The range of cuhook's own code (`[start, end)` of its executable segments) when that code is
+/// the C library `libcuhook.so`; `None` in a program or library that embeds the crate, where
+/// the object's code is the host's too.
+pub(crate) fn own_code_range() -> Option<(usize, usize)> {
+    let snapshot = crate::elf::snapshot();
+    let own = snapshot
+        .objects
+        .iter()
+        .find(|o| o.contains(self_address()))?;
+    if !self_is_the_c_library(own) {
+        return None;
+    }
+    own.segments()
+        .filter(|&(_, _, flags)| flags & goblin::elf::program_header::PF_X != 0)
+        .fold(None, |range, (start, end, _)| match range {
+            None => Some((start, end)),
+            Some((lo, hi)) => Some((start.min(lo), end.max(hi))),
+        })
+}
+
 /// Any address inside cuhook's own code.
 fn self_address() -> usize {
     self_address as *const () as usize

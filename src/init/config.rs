@@ -30,6 +30,12 @@ pub struct Config {
     /// `CUHOOK_SCAN_MANAGED=all|stored|off`: which loaded device code is read for
     /// `__managed__` variables.
     pub managed_scan: crate::cuda::ManagedScan,
+    /// `CUHOOK_STACKS=N` (1..=64): record N frames of each allocation's call stack; 0 (the
+    /// default) records none.
+    pub stacks: usize,
+    /// `CUHOOK_STACKS_MAX=N`: unique stacks kept (default
+    /// [`crate::stacks::DEFAULT_CAPACITY`]); allocations from further ones count as "other".
+    pub stacks_max: u32,
 }
 
 impl Default for Config {
@@ -41,6 +47,8 @@ impl Default for Config {
             trace: None,
             exclude: Vec::new(),
             managed_scan: crate::cuda::ManagedScan::All,
+            stacks: 0,
+            stacks_max: crate::stacks::DEFAULT_CAPACITY,
         }
     }
 }
@@ -120,6 +128,26 @@ impl Config {
                     variable: "CUHOOK_SCAN_MANAGED",
                     value: v,
                     accepted: crate::cuda::ManagedScan::NAMES,
+                }),
+            }
+        }
+        if let Some(v) = text("CUHOOK_STACKS") {
+            match v.trim().parse::<usize>() {
+                Ok(n) if n <= crate::stacks::MAX_FRAMES => c.stacks = n,
+                _ => warnings.push(Warning {
+                    variable: "CUHOOK_STACKS",
+                    value: v,
+                    accepted: "0..=64 (frames per allocation; 0: off)",
+                }),
+            }
+        }
+        if let Some(v) = text("CUHOOK_STACKS_MAX") {
+            match v.trim().parse::<u32>() {
+                Ok(n) if (1..=1 << 24).contains(&n) => c.stacks_max = n,
+                _ => warnings.push(Warning {
+                    variable: "CUHOOK_STACKS_MAX",
+                    value: v,
+                    accepted: "1..=16777216 (unique stacks kept)",
                 }),
             }
         }

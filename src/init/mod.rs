@@ -106,6 +106,9 @@ pub fn start(config: &Config) -> Result<()> {
     }
     crate::hooks::set_exclude_list(config.exclude.iter().cloned());
     crate::cuda::set_managed_scan(config.managed_scan);
+    if config.stacks > 0 {
+        crate::api::enable_stacks(config.stacks, config.stacks_max);
+    }
     if let Some(target) = &config.report {
         report::enable_stats()?;
         *REPORT.lock() = Some(target.clone());

@@ -67,11 +67,11 @@ pub fn render() -> String {
     let _ = writeln!(r, "==== cuhook report (pid {}) ====", std::process::id());
 
     let rs = crate::cuda::stats();
+    let live = registry::global().snapshot();
     let summary = Summary {
         apis: stats::api_counts(),
         usage: stats::usage(),
-        live: registry::global()
-            .snapshot()
+        live: live
             .iter()
             .map(|a| LiveAllocation {
                 start: a.start,
@@ -88,6 +88,9 @@ pub fn render() -> String {
         untracked: rs.untracked,
     };
     summary.write(&mut r);
+    if let Some(section) = super::sites::render(&live) {
+        r.push_str(&section);
+    }
 
     let dropped = super::trace::dropped_lines();
     if dropped > 0 {

@@ -3,6 +3,7 @@
 mod exit;
 mod path;
 pub mod replay;
+mod sites;
 pub mod stats;
 pub mod summary;
 pub mod trace;

@@ -37,6 +37,12 @@ pub const DEFAULT_CAPACITY: u32 = 16_384;
 /// dropped from the top of each stack. Call outside any hook.
 pub fn enable(depth: usize, capacity: u32, own_code: Option<(usize, usize)>) {
     super::prepare();
+    FORK.register_fork_handlers(
+        None,
+        None,
+        Some(child_after_fork),
+        "a fork while another thread records a stack may leave that stack unusable in the child",
+    );
     if TABLE.load(Ordering::Acquire).is_null() {
         let table = Box::into_raw(Box::new(Table::new(capacity, depth.clamp(1, MAX_FRAMES))));
         if TABLE
@@ -136,4 +142,11 @@ pub fn after_fork_in_child() {
     if let Some(t) = table() {
         t.after_fork_in_child();
     }
+}
+
+/// The fork handlers are registered once per process (a child inherits them).
+static FORK: crate::sys::once::ForkSafeOnce = crate::sys::once::ForkSafeOnce::new();
+
+extern "C" fn child_after_fork() {
+    crate::sys::boundary::guarded(after_fork_in_child, || ());
 }

@@ -383,6 +383,11 @@ fn dlclose_via(real: real::DlcloseFn, handle: *mut c_void) -> c_int {
     if rc == 0 && depth.0 == 1 {
         // Reading the counters cannot unwind (the walk's callback catches its own panics).
         if let Some(now) = super::engine::loader_changed() {
+            // Unwind rules cached for code that may be gone: an address reused by a library
+            // loaded later must not be unwound with them.
+            if crate::stacks::depth() > 0 {
+                crate::stacks::forget_unwind_rules();
+            }
             let _ = guarded(
                 || super::engine::rescan_closed(handle, now, Some(PATIENCE)),
                 || Ok(0),

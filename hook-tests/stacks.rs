@@ -1,0 +1,142 @@
+//! Call sites of live memory (issue 37): a program that leaks from three call sites, run under
+//! `libcuhook.so` with `CUHOOK_STACKS`, gets an exit report that groups its live ranges by call
+//! site, each named by function and source line (the program is built without frame pointers:
+//! the stacks come from the unwind tables).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `fixtures/stacks/leaks.c`, built with debug information and without frame pointers.
+fn build_leaks(dir: &Path) -> PathBuf {
+    let fixtures = common::fixtures_dir();
+    let exe = dir.join("leaks");
+    let status = cuhook_fixtures::cc()
+        .args(["-O1", "-g", "-fomit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(root().join("fixtures/stacks/leaks.c"))
+        .arg("-I")
+        .arg(root().join("fixtures/cuda"))
+        .arg(format!("-L{}", fixtures.display()))
+        .arg("-l:libcuda.so.1")
+        .arg(format!("-Wl,-rpath,{}", fixtures.display()))
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success(), "compiling fixtures/stacks/leaks.c failed");
+    exe
+}
+
+/// The line of `MARK(name)` in leaks.c.
+fn marked_line(name: &str) -> usize {
+    let text = std::fs::read_to_string(root().join("fixtures/stacks/leaks.c")).unwrap();
+    let mark = format!("MARK({name})");
+    text.lines()
+        .position(|l| l.contains(&mark))
+        .expect("marker")
+        + 1
+}
+
+fn run_leaks(exe: &Path, env: &[(&str, &str)]) -> String {
+    let mut cmd = Command::new(exe);
+    cmd.env("LD_PRELOAD", common::libcuhook())
+        .env("CUHOOK_REPORT", "stderr")
+        .env_remove("CUHOOK_DISABLE")
+        .env_remove("CUHOOK_TRACE");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "leaked 9");
+    err
+}
+
+/// The report's call-site section: one block per site, largest first, with count, bytes and
+/// API, then frames naming the leaking function at the allocation's line and `main`; the
+/// balanced site (all freed) is not there; cuhook's own frames are not in any stack.
+#[test]
+fn the_exit_report_names_the_lines_that_leaked() {
+    let dir = common::scratch("stacks-report");
+    let exe = build_leaks(&dir);
+    let report = run_leaks(&exe, &[("CUHOOK_STACKS", "16")]);
+    let section = report
+        .split("Live allocations at exit by call site")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no call-site section:\n{report}"));
+    assert!(section.starts_with(": 3 sites (16 frames"), "{section}");
+    // One block per site: its line (two spaces in), then its frames (six).
+    let mut blocks: Vec<(String, Vec<String>)> = Vec::new();
+    for line in section.lines().skip(1).take_while(|l| !l.is_empty()) {
+        match line.strip_prefix("      ") {
+            Some(frame) => blocks.last_mut().unwrap().1.push(frame.to_owned()),
+            None => blocks.push((line.trim().to_owned(), Vec::new())),
+        }
+    }
+    let expect = [
+        ("1 allocation, 8.0 MiB (cuMemAlloc_v2)", "leak_big", "big"),
+        (
+            "3 allocations, 3.0 MiB (cuMemAllocAsync)",
+            "leak_async",
+            "async",
+        ),
+        (
+            "5 allocations, 20.0 KiB (cuMemAlloc_v2)",
+            "leak_small",
+            "small",
+        ),
+    ];
+    assert_eq!(blocks.len(), 3, "{section}");
+    for ((head, function, mark), (line, frames)) in expect.iter().zip(&blocks) {
+        assert_eq!(line, head, "{section}");
+        let first = frames.first().map(String::as_str).unwrap_or_default();
+        assert!(
+            first.starts_with(&format!("{function} ("))
+                && first.ends_with(&format!("/fixtures/stacks/leaks.c:{})", marked_line(mark))),
+            "{function} at its MARK({mark}) line expected first:\n{section}"
+        );
+        assert!(
+            frames
+                .iter()
+                .any(|f| f.starts_with("main (") && f.contains("leaks.c:")),
+            "{section}"
+        );
+        assert!(
+            !frames.iter().any(|f| f.contains("cuhook")),
+            "cuhook's own frames in a stack:\n{section}"
+        );
+    }
+    assert!(!section.contains("balanced"), "{section}");
+}
+
+/// Without `CUHOOK_STACKS` the report has no call-site section; a bad value is named in a
+/// warning and recording stays off.
+#[test]
+fn stacks_are_off_unless_asked_for() {
+    let dir = common::scratch("stacks-off");
+    let exe = build_leaks(&dir);
+    let report = run_leaks(&exe, &[]);
+    assert!(!report.contains("by call site"), "{report}");
+    let report = run_leaks(&exe, &[("CUHOOK_STACKS", "1000")]);
+    assert!(report.contains("CUHOOK_STACKS"), "{report}");
+    assert!(!report.contains("by call site"), "{report}");
+}
+
+/// A table of one unique stack: the first site gets it, the others are counted as "other".
+#[test]
+fn a_full_stack_table_counts_the_rest_as_other() {
+    let dir = common::scratch("stacks-full");
+    let exe = build_leaks(&dir);
+    let report = run_leaks(&exe, &[("CUHOOK_STACKS", "8"), ("CUHOOK_STACKS_MAX", "1")]);
+    let section = report
+        .split("Live allocations at exit by call site")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(section.starts_with(": 1 site (8 frames"), "{section}");
+    assert!(section.contains("stack table full"), "{section}");
+}
