@@ -70,7 +70,7 @@ pub fn render(live: &[Allocation]) -> Option<String> {
         }
     }
     // Largest first; the same bytes in the order first seen, so the order is stable.
-    merged.sort_by(|(_, a), (_, b)| b.bytes.cmp(&a.bytes));
+    merged.sort_by_key(|(_, s)| std::cmp::Reverse(s.bytes));
     let real = merged;
     let mut r = String::new();
     let _ = writeln!(
