@@ -17,7 +17,7 @@ fn build_leaks(dir: &Path) -> PathBuf {
     let fixtures = common::fixtures_dir();
     let exe = dir.join("leaks");
     let status = cuhook_fixtures::cc()
-        .args(["-O1", "-g", "-fomit-frame-pointer", "-o"])
+        .args(["-O1", "-g", "-fomit-frame-pointer", "-rdynamic", "-o"])
         .arg(&exe)
         .arg(root().join("fixtures/stacks/leaks.c"))
         .arg("-I")
@@ -25,6 +25,7 @@ fn build_leaks(dir: &Path) -> PathBuf {
         .arg(format!("-L{}", fixtures.display()))
         .arg("-l:libcuda.so.1")
         .arg(format!("-Wl,-rpath,{}", fixtures.display()))
+        .arg("-ldl")
         .status()
         .expect("run the C compiler");
     assert!(status.success(), "compiling fixtures/stacks/leaks.c failed");
@@ -53,8 +54,9 @@ fn run_leaks(exe: &Path, env: &[(&str, &str)]) -> String {
     let out = cmd.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "leaked 9");
-    err
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(stdout.lines().next(), Some("leaked 9"));
+    format!("{stdout}{err}")
 }
 
 /// The report's call-site section: one block per site, largest first, with count, bytes and
@@ -112,6 +114,33 @@ fn the_exit_report_names_the_lines_that_leaked() {
         );
     }
     assert!(!section.contains("balanced"), "{section}");
+}
+
+/// The C API names the stack of a range (`cuhook_stack_of`) and gives its frames
+/// (`cuhook_stack_frames`): the first is in the function that allocated.
+#[test]
+fn the_c_api_gives_a_ranges_stack_and_its_frames() {
+    let dir = common::scratch("stacks-capi");
+    let exe = build_leaks(&dir);
+    let out = run_leaks(&exe, &[("CUHOOK_STACKS", "16"), ("LEAKS_ASK", "1")]);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("stack "))
+        .unwrap_or_else(|| panic!("{out}"));
+    let field = |k: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("{k} in {line}"))
+            .to_owned()
+    };
+    assert_eq!(field("rc"), "0", "{line}");
+    assert!(field("id").parse::<u32>().unwrap() >= 2, "{line}");
+    assert!(field("frames").parse::<usize>().unwrap() >= 2, "{line}");
+    assert_eq!(field("first"), "leak_small", "{line}");
+    assert_eq!(field("none"), "0", "{line}");
+    // Stacks off: recorded as none.
+    let out = run_leaks(&exe, &[("LEAKS_ASK", "1")]);
+    assert!(out.contains("stack rc=0 id=0 frames=0"), "{out}");
 }
 
 /// Without `CUHOOK_STACKS` the report has no call-site section; a bad value is named in a

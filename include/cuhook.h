@@ -99,6 +99,12 @@ int cuhook_unset_event_handler(int events, cuhook_event_callback_t cb, void *arg
 /* Registry only: the allocation containing [address, address+length). CUHOOK_ERR_NOT_FOUND
  * when none does. */
 int cuhook_lookup(const void *address, size_t length, cuhook_mem_info_t *info);
+/* Call stacks (CUHOOK_STACKS=N, `cuhook run --stacks N`): the id of the stack that allocated the
+ * range containing `address` (0: none recorded, 1: the stack table was full), or
+ * CUHOOK_ERR_NOT_FOUND; then up to `capacity` of that stack's return addresses (innermost
+ * first) into `frames`, returning how many it has (0: no such stack). */
+int cuhook_stack_of(const void *address, uint32_t *stack);
+size_t cuhook_stack_frames(uint32_t id, void **frames, size_t capacity);
 /* What kind of memory `address` points to: the registry's record if it has one (as
  * cuhook_lookup), else the CUDA driver's answer (Open MPI's algorithm: pointer attributes, then
  * VMM and memory-pool probes for memory without a context), else CUHOOK_MEM_TYPE_HOST. Works with or

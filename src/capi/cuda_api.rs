@@ -194,6 +194,59 @@ fn fill_info(info: *mut CMemInfo, a: &Allocation) {
     };
 }
 
+/// The call stack that allocated the range containing `address` (`CUHOOK_STACKS`): 0 and its id
+/// in `*stack` (0: none recorded, 1: the stack table was full), or `CUHOOK_ERR_NOT_FOUND` when
+/// no range contains it.
+///
+/// # Safety
+/// `stack` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuhook_stack_of(address: *const c_void, stack: *mut u32) -> c_int {
+    ffi_call(|| {
+        if stack.is_null() {
+            return Err(Error::InvalidArgument {
+                what: "stack is NULL",
+            });
+        }
+        match crate::api::lookup_in(address as usize, 0) {
+            Some(a) => {
+                // SAFETY: non-null (checked) and writable (contract).
+                unsafe { stack.write(a.stack.0) };
+                Ok(CUHOOK_OK)
+            }
+            None => Ok(super::status::CUHOOK_ERR_NOT_FOUND),
+        }
+    })
+}
+
+/// The frames (return addresses, innermost first) of stack `id`: copies up to `capacity` of
+/// them into `frames` and returns how many the stack has (0: no such stack).
+///
+/// # Safety
+/// `frames` has room for `capacity` pointers (or `capacity` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn cuhook_stack_frames(
+    id: u32,
+    frames: *mut *mut c_void,
+    capacity: usize,
+) -> usize {
+    crate::sys::boundary::guarded(
+        || {
+            let Some(stack) = crate::stacks::frames(crate::stacks::StackId(id)) else {
+                return 0;
+            };
+            if !frames.is_null() {
+                for (i, &pc) in stack.iter().take(capacity).enumerate() {
+                    // SAFETY: `i < capacity`, and `frames` has room for `capacity` (contract).
+                    unsafe { frames.add(i).write(pc as *mut c_void) };
+                }
+            }
+            stack.len()
+        },
+        || 0,
+    )
+}
+
 /// Registry lookup: the allocation containing `[address, address+length)` (length 0: the one
 /// byte at `address`). Returns 0 and fills `info`, or `CUHOOK_ERR_NOT_FOUND`.
 ///
