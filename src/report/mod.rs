@@ -76,6 +76,26 @@ pub fn enable_trace(path: &OsStr) -> Result<()> {
             Callback::Rust(trace::on_event),
             0,
         )?;
+        // SAFETY: registering a plain extern "C" function that never unwinds; glibc runs it at
+        // exit (`-z nodelete` keeps this object mapped until then).
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::atexit(write_stacks_at_exit)
+        };
     }
     Ok(())
+}
+
+/// At exit: the trace's stack table, when stacks were recorded (`trace::write_stacks`).
+extern "C" fn write_stacks_at_exit() {
+    crate::sys::boundary::guarded(
+        || {
+            if crate::stacks::table().is_some()
+                && crate::sys::memory::available(crate::sys::memory::REPORT_MARGIN)
+            {
+                trace::write_stacks();
+            }
+        },
+        || (),
+    );
 }

@@ -48,6 +48,9 @@ pub struct TraceEvent<'a> {
     pub tid: i64,
     /// Wall-clock time of the event in ns since the Unix epoch (traces of older versions lack it).
     pub time_ns: Option<u64>,
+    /// The call stack that allocated it (`CUHOOK_STACKS`; the trace's `"stack"` lines give its
+    /// frames), 0 when none was recorded.
+    pub stack: u32,
 }
 
 fn mem_type(name: &str) -> MemType {
@@ -91,6 +94,7 @@ pub fn parse_line(line: &str) -> Option<TraceEvent<'_>> {
         flags: field(line, "flags").parse().unwrap_or(0),
         tid: field(line, "tid").parse().unwrap_or(0),
         time_ns: field(line, "time_ns").parse().ok(),
+        stack: field(line, "stack").parse().unwrap_or(0),
     })
 }
 

@@ -58,9 +58,9 @@ pub fn format(ev: &MemEvent, tid: i64, time_ns: u64, out: &mut impl Write) -> st
         EventKind::Free => "free",
     };
     // API names are C identifiers: nothing to escape.
-    writeln!(
+    write!(
         out,
-        "{{\"event\":\"{kind}\",\"api\":\"{}\",\"address\":\"{:#x}\",\"size\":{},\"mem_type\":\"{}\",\"device\":{},\"flags\":{},\"stream\":\"{:#x}\",\"pool\":\"{:#x}\",\"tid\":{tid},\"time_ns\":{time_ns}}}",
+        "{{\"event\":\"{kind}\",\"api\":\"{}\",\"address\":\"{:#x}\",\"size\":{},\"mem_type\":\"{}\",\"device\":{},\"flags\":{},\"stream\":\"{:#x}\",\"pool\":\"{:#x}\",\"tid\":{tid},\"time_ns\":{time_ns}",
         ev.api.to_str().unwrap_or("?"),
         ev.range.start,
         ev.range.size,
@@ -69,7 +69,82 @@ pub fn format(ev: &MemEvent, tid: i64, time_ns: u64, out: &mut impl Write) -> st
         ev.range.flags,
         ev.range.stream,
         ev.range.pool,
-    )
+    )?;
+    // The call stack (`CUHOOK_STACKS`) only when one was recorded: its frames are in a
+    // `"stack"` line written at exit ([`write_stacks`]).
+    if ev.range.stack.0 != 0 {
+        write!(out, ",\"stack\":{}", ev.range.stack.0)?;
+    }
+    out.write_str("}\n")
+}
+
+/// One `{"stack":ID,"frames":[…]}` line per stack the table holds, each frame with its module,
+/// the offset in it, the module's build-id and, where its debug information says, the
+/// function and line: what lets `cuhook` name call sites after the process is gone. Written
+/// at exit (outside any hook: symbolizing reads DWARF and allocates).
+pub fn write_stacks() {
+    let file = FILE.load(Ordering::Acquire);
+    let Some(table) = crate::stacks::table() else {
+        return;
+    };
+    if file.is_null() {
+        return;
+    }
+    // SAFETY: trace files are leaked, never freed: the pointer stays valid.
+    #[allow(unsafe_code)]
+    let f = unsafe { &*file };
+    let modules = crate::stacks::module::Modules::loaded();
+    let mut symbolizer = crate::stacks::symbolize::Symbolizer::new();
+    for (id, frames) in table.iter() {
+        let mut line = format!("{{\"stack\":{},\"frames\":[", id.0);
+        for (i, &pc) in frames.iter().enumerate() {
+            if i > 0 {
+                line.push(',');
+            }
+            match modules.resolve(pc) {
+                Some(frame) => {
+                    let symbol = symbolizer
+                        .describe(&frame, true)
+                        .into_iter()
+                        .next()
+                        .unwrap_or_default();
+                    let _ = write!(
+                        line,
+                        "{{\"module\":{},\"offset\":\"{:#x}\",\"build_id\":\"{}\",\"symbol\":{}}}",
+                        json_string(&frame.module.path),
+                        frame.offset,
+                        frame.module.build_id_hex(),
+                        json_string(&symbol)
+                    );
+                }
+                None => {
+                    let _ = write!(line, "{{\"address\":\"{pc:#x}\"}}");
+                }
+            }
+        }
+        line.push_str("]}\n");
+        if f.write(line.as_bytes(), 100).is_err() {
+            return;
+        }
+    }
+}
+
+/// `s` as a JSON string literal.
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// The subscriber. One identity-checked, `SIGPIPE`-safe, non-blocking write per line; a line

@@ -88,7 +88,19 @@ pub fn event(v: &Value) -> Result<TraceEvent<'_>, String> {
         flags,
         tid: number("tid")?.unwrap_or(0),
         time_ns,
+        stack: match number("stack")? {
+            None => 0,
+            Some(s) => u32::try_from(s).map_err(|_| format!("\"stack\" is {s}, not a stack id"))?,
+        },
     })
+}
+
+/// Whether `v` is a stack line: an object with a numeric `"stack"`, a `"frames"` array and no
+/// `"event"`.
+fn is_stack_line(v: &Value) -> bool {
+    v.get("event").is_none()
+        && v.get("stack").is_some_and(Value::is_u64)
+        && v.get("frames").is_some_and(Value::is_array)
 }
 
 fn kind_of(v: &Value) -> &'static str {
@@ -109,6 +121,8 @@ pub struct Tally {
     pub lines: u64,
     /// Events read.
     pub events: u64,
+    /// Stack lines read (`{"stack":ID,"frames":[…]}`, written at exit with `CUHOOK_STACKS`).
+    pub stacks: u64,
     /// Lines that were not events.
     pub unreadable: u64,
     /// The first of those: line number (from 1) and why.
@@ -161,6 +175,10 @@ pub fn read(mut input: impl BufRead, mut each: impl FnMut(&TraceEvent)) -> std::
         }
         tally.lines += 1;
         let parsed = serde_json::from_slice::<Value>(&buf).map_err(|e| json_error(&e));
+        if parsed.as_ref().is_ok_and(is_stack_line) {
+            tally.stacks += 1;
+            continue;
+        }
         match parsed.and_then(|v| event(&v).map(|ev| each(&ev))) {
             Ok(()) => tally.events += 1,
             Err(why) => {
