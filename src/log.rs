@@ -1,5 +1,5 @@
 //! Diagnostics to stderr (the lowest layer with [`crate::output`]: every module may log), written
-//! with `write(2)` from a stack buffer: usable in constructors before std is ready, at exit, and
+//! with `crate::sys::write::stderr` from a stack buffer: usable in constructors before std is ready, at exit, and
 //! inside hooks (no allocation, no stdout lock).
 
 use std::fmt::{self, Write};
@@ -114,7 +114,7 @@ pub fn log(level: Level, args: fmt::Arguments<'_>) {
     let _ = write!(line, "cuhook[{}] {}: ", std::process::id(), level.name());
     let _ = line.write_fmt(args);
     line.end_line();
-    crate::output::write_stderr(line.as_bytes());
+    crate::sys::write::stderr(line.as_bytes());
 }
 
 /// `log!(Level::Warn, "format", args…)`.

@@ -13,21 +13,18 @@
 //! not flagged until some capture begins after install.
 //!
 //! # Safety
-//! The driver function is the address `dlsym` returned for `cuStreamIsCapturing` (or `_ptsz`)
-//! in the driver object, called with its C signature.
+//! The driver function comes from the driver table (`driver.rs`), which keeps it with its C
+//! signature.
 #![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::abi::{CUresult, CUDA_SUCCESS};
-use super::resolve::DriverSymbol;
+use super::driver;
 use crate::events::flags;
 
 /// Captures begun (successfully, after install) and not yet ended.
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
-
-static IS_CAPTURING: DriverSymbol = DriverSymbol::new(c"cuStreamIsCapturing");
-static IS_CAPTURING_PTSZ: DriverSymbol = DriverSymbol::new(c"cuStreamIsCapturing_ptsz");
 
 /// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`: the capture ended, in error.
 const CAPTURE_INVALIDATED: CUresult = 901;
@@ -66,22 +63,17 @@ pub fn flag(stream: usize, per_thread: bool) -> u32 {
 #[cold]
 fn ask(stream: usize, per_thread: bool) -> u32 {
     let entry = if per_thread {
-        &IS_CAPTURING_PTSZ
+        &driver::STREAM_IS_CAPTURING_PTSZ
     } else {
-        &IS_CAPTURING
+        &driver::STREAM_IS_CAPTURING
     };
-    let f = match entry.get() {
-        0 => IS_CAPTURING.get(),
-        f => f,
-    };
-    if f == 0 {
+    let Some(f) = entry.get().or_else(|| driver::STREAM_IS_CAPTURING.get()) else {
         return 0;
-    }
+    };
     let mut status: u32 = 0;
-    type F = unsafe extern "C" fn(usize, *mut u32) -> CUresult;
-    // SAFETY: `cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *status)`; the
-    // status enum is 4 bytes.
-    let rc = unsafe { crate::sys::func::fn_at::<F>(f)(stream, &mut status) };
+    // SAFETY: the driver's `cuStreamIsCapturing` (the table's type), with a stream handle the
+    // caller passed to a hooked function and an out-pointer to a local.
+    let rc = unsafe { f(stream, &mut status) };
     // CU_STREAM_CAPTURE_STATUS_ACTIVE (1) or _INVALIDATED (2): either way, no memory now.
     if rc == CUDA_SUCCESS && status != 0 {
         flags::GRAPH

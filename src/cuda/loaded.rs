@@ -4,16 +4,17 @@
 //! GLOBAL, removed at unload).
 //!
 //! # Safety
-//! Each driver function is the one `dlsym` found for its name, called with its C signature.
+//! Each driver function comes from the driver table (`driver.rs`), which keeps it with its C
+//! signature.
 #![allow(unsafe_code)]
 
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use super::abi::{CUresult, CUDA_SUCCESS};
+use super::abi::CUDA_SUCCESS;
+use super::driver::{self, DriverFn, GetGlobal};
 use super::emit::{self, Announce, Global};
 use super::fatbin::{self, ManagedScan};
-use super::resolve::DriverSymbol;
 use crate::events::HookGuard;
 use crate::registry;
 
@@ -33,12 +34,6 @@ fn managed_scan() -> ManagedScan {
     }
 }
 
-static CU_LIBRARY_GET_MANAGED: DriverSymbol = DriverSymbol::new(c"cuLibraryGetManaged");
-static CU_MODULE_GET_GLOBAL: DriverSymbol = DriverSymbol::new(c"cuModuleGetGlobal_v2");
-
-/// `cuLibraryGetManaged` and `cuModuleGetGlobal_v2` share this signature.
-type GetGlobal = unsafe extern "C" fn(*mut u64, *mut usize, *mut c_void, *const c_char) -> CUresult;
-
 /// A library (`cuLibraryLoadData`) was loaded from `code` as `library`.
 ///
 /// # Safety
@@ -51,7 +46,7 @@ pub unsafe fn library_loaded(api: &'static CStr, library: usize, code: *const c_
             api,
             library,
             code,
-            &CU_LIBRARY_GET_MANAGED,
+            &driver::LIBRARY_GET_MANAGED,
             Global::LibraryManaged,
         )
     }
@@ -70,7 +65,7 @@ pub unsafe fn module_loaded(api: &'static CStr, module: usize, image: *const c_v
             api,
             module,
             image,
-            &CU_MODULE_GET_GLOBAL,
+            &driver::MODULE_GET_GLOBAL,
             Global::ModuleManaged,
         )
     }
@@ -82,7 +77,7 @@ unsafe fn loaded(
     api: &'static CStr,
     owner: usize,
     image: *const c_void,
-    query: &DriverSymbol,
+    query: &DriverFn<GetGlobal>,
     kind: Global,
 ) {
     let scan = managed_scan();
@@ -93,10 +88,9 @@ unsafe fn loaded(
     let Some(image) = (unsafe { fatbin::image_at(image.cast()) }) else {
         return;
     };
-    let f = query.get();
-    if f == 0 {
+    let Some(get) = query.get() else {
         return;
-    }
+    };
     // Loads run at every depth; only the outermost hooked call of the thread dispatches.
     let guard = HookGuard::enter(api);
     let announce = if guard.is_some() {
@@ -104,8 +98,6 @@ unsafe fn loaded(
     } else {
         Announce::RegistryOnly
     };
-    // SAFETY: the driver's function of that name, which has this signature.
-    let get = unsafe { crate::sys::func::fn_at::<GetGlobal>(f) };
     fatbin::managed_variables(image, scan, &mut |name, _| {
         let (mut address, mut size) = (0u64, 0usize);
         // SAFETY: two output slots of the right sizes, the handle the driver returned, a

@@ -5,6 +5,7 @@
 mod abi;
 mod capture;
 pub mod classify;
+mod driver;
 mod emit;
 mod fatbin;
 mod graph;

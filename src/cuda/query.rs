@@ -1,43 +1,29 @@
 //! The driver queries cuhook's hooks make themselves: current context and device (the device
 //! cached per context), and what the driver knows of a pointer cuhook never saw allocated. The
-//! functions come from [`super::resolve`], never through our hooks.
-//!
-//! # Safety
-//! Each pointer is the address `dlsym` returned for the named driver function and is called
-//! with that function's C signature.
+//! functions come from the driver table ([`super::driver`]), never through our hooks.
 #![allow(unsafe_code)]
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::abi::{CUcontext, CUdevice, CUresult, CUDA_SUCCESS};
-use super::resolve::DriverSymbol;
-
-pub static CU_CTX_GET_CURRENT: DriverSymbol = DriverSymbol::new(c"cuCtxGetCurrent");
-pub static CU_CTX_GET_DEVICE: DriverSymbol = DriverSymbol::new(c"cuCtxGetDevice");
+use super::driver;
 
 /// The calling thread's current context, or null.
 pub fn current_context() -> CUcontext {
-    let f = CU_CTX_GET_CURRENT.get();
-    if f == 0 {
+    let Some(f) = driver::CTX_GET_CURRENT.get() else {
         return std::ptr::null_mut();
-    }
-    // SAFETY: `f` is the driver's `cuCtxGetCurrent`, as resolved by its entry.
-    unsafe { ctx_get_current(f) }.unwrap_or(std::ptr::null_mut())
+    };
+    ctx_get_current(f).unwrap_or(std::ptr::null_mut())
 }
 
-/// Calls `cuCtxGetCurrent` at `f`: the current context (null: none), or the driver's error.
+/// Calls `cuCtxGetCurrent`: the current context (null: none), or the driver's error.
 /// The one place it is called, for the hooks and for classification.
-///
-/// # Safety
-/// `f` is the address of the driver's `cuCtxGetCurrent`.
 #[inline]
-pub(super) unsafe fn ctx_get_current(f: usize) -> Result<CUcontext, CUresult> {
+pub(super) fn ctx_get_current(f: driver::CtxGetCurrent) -> Result<CUcontext, CUresult> {
     let mut ctx: CUcontext = std::ptr::null_mut();
-    // SAFETY: `CUresult cuCtxGetCurrent(CUcontext *pctx)` at `f` (the caller's promise).
-    let rc = unsafe {
-        crate::sys::func::fn_at::<unsafe extern "C" fn(*mut CUcontext) -> CUresult>(f)(&mut ctx)
-    };
+    // SAFETY: the driver's `cuCtxGetCurrent` (the table's type), with an out-pointer to a local.
+    let rc = unsafe { f(&mut ctx) };
     if rc == CUDA_SUCCESS {
         Ok(ctx)
     } else {
@@ -45,34 +31,33 @@ pub(super) unsafe fn ctx_get_current(f: usize) -> Result<CUcontext, CUresult> {
     }
 }
 
-/// Calls `cuCtxSetCurrent(ctx)` at `f`. The one place it is called.
+/// Calls `cuCtxSetCurrent(ctx)`. The one place it is called.
 ///
 /// # Safety
-/// `f` is the address of the driver's `cuCtxSetCurrent`; `ctx` is null or a context the driver
-/// handed out.
-pub(super) unsafe fn ctx_set_current(f: usize, ctx: CUcontext) -> CUresult {
-    // SAFETY: `CUresult cuCtxSetCurrent(CUcontext ctx)` at `f` (the caller's promise).
-    unsafe { crate::sys::func::fn_at::<unsafe extern "C" fn(CUcontext) -> CUresult>(f)(ctx) }
+/// `ctx` is null or a context the driver handed out.
+pub(super) unsafe fn ctx_set_current(f: driver::CtxSetCurrent, ctx: CUcontext) -> CUresult {
+    // SAFETY: the driver's `cuCtxSetCurrent` (the table's type), with a context it handed out
+    // (the caller's promise).
+    unsafe { f(ctx) }
 }
 
-/// Calls `cuPointerGetAttributes(n, attributes, data, ptr)` at `f`, `n` being the length of
-/// both slices. The one place it is called.
+/// Calls `cuPointerGetAttributes(n, attributes, data, ptr)`, `n` being the length of both
+/// slices. The one place it is called.
 ///
 /// # Safety
-/// `f` is the address of the driver's `cuPointerGetAttributes`; each `data[i]` points to
-/// writable storage at least as large as attribute `attributes[i]`'s value.
+/// Each `data[i]` points to writable storage at least as large as attribute `attributes[i]`'s
+/// value.
 pub(super) unsafe fn pointer_get_attributes(
-    f: usize,
+    f: driver::PointerGetAttributes,
     attributes: &[u32],
     data: &mut [*mut c_void],
     ptr: usize,
 ) -> CUresult {
     debug_assert_eq!(attributes.len(), data.len());
-    type Attrs = unsafe extern "C" fn(u32, *const u32, *mut *mut c_void, u64) -> CUresult;
-    // SAFETY: the signature of `cuPointerGetAttributes` (a C enum is 4 bytes) at `f`, with
-    // `n` attributes and `n` data pointers (the caller's promise about their sizes).
+    // SAFETY: the driver's `cuPointerGetAttributes` (the table's type), with `n` attributes and
+    // `n` data pointers (the caller's promise about their sizes).
     unsafe {
-        crate::sys::func::fn_at::<Attrs>(f)(
+        f(
             attributes.len().min(data.len()) as u32,
             attributes.as_ptr(),
             data.as_mut_ptr(),
@@ -125,25 +110,18 @@ fn device_miss(key: u64, generation: u64, slot: &AtomicU64) -> c_int {
 
 /// The device of the calling thread's current context, or -1.
 pub fn current_device() -> c_int {
-    let f = CU_CTX_GET_DEVICE.get();
-    if f == 0 {
+    let Some(f) = driver::CTX_GET_DEVICE.get() else {
         return -1;
-    }
-    let mut dev: CUdevice = -1;
-    // SAFETY: `cuCtxGetDevice(CUdevice *device)`.
-    let rc = unsafe {
-        crate::sys::func::fn_at::<unsafe extern "C" fn(*mut CUdevice) -> CUresult>(f)(&mut dev)
     };
+    let mut dev: CUdevice = -1;
+    // SAFETY: the driver's `cuCtxGetDevice` (the table's type), with an out-pointer to a local.
+    let rc = unsafe { f(&mut dev) };
     if rc == CUDA_SUCCESS {
         dev
     } else {
         -1
     }
 }
-
-pub static CU_CTX_SET_CURRENT: DriverSymbol = DriverSymbol::new(c"cuCtxSetCurrent");
-pub static CU_POINTER_GET_ATTRIBUTES: DriverSymbol = DriverSymbol::new(c"cuPointerGetAttributes");
-pub static CU_MEM_GET_ADDRESS_RANGE: DriverSymbol = DriverSymbol::new(c"cuMemGetAddressRange_v2");
 
 /// What the driver says about an allocation it holds and cuhook never saw allocated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,11 +145,8 @@ pub fn describe(ptr: usize) -> Option<Described> {
     const MEMORY_TYPE: u32 = 2;
     const IS_MANAGED: u32 = 8;
     const DEVICE_ORDINAL: u32 = 9;
-    let attrs = CU_POINTER_GET_ATTRIBUTES.get();
-    let range = CU_MEM_GET_ADDRESS_RANGE.get();
-    if attrs == 0 || range == 0 {
-        return None;
-    }
+    let attrs = driver::POINTER_GET_ATTRIBUTES.get()?;
+    let range = driver::MEM_GET_ADDRESS_RANGE.get()?;
     let kinds = [CONTEXT, MEMORY_TYPE, IS_MANAGED, DEVICE_ORDINAL];
     let (mut ctx, mut mem, mut managed, mut dev) = (0u64, 0u32, 0u32, -1i32);
     let mut data: [*mut c_void; 4] = [
@@ -180,7 +155,7 @@ pub fn describe(ptr: usize) -> Option<Described> {
         (&mut managed as *mut u32).cast(),
         (&mut dev as *mut i32).cast(),
     ];
-    // SAFETY: the driver's function; four attributes, each data pointer to a slot of the
+    // SAFETY: four attributes, each data pointer to a slot of the
     // attribute's size (CONTEXT 8 bytes, the others 4).
     let rc = unsafe { pointer_get_attributes(attrs, &kinds, &mut data, ptr) };
     // Memory type 0: the driver does not know the pointer.
@@ -199,9 +174,9 @@ pub fn describe(ptr: usize) -> Option<Described> {
         return None;
     }
     let (mut base, mut size) = (0u64, 0usize);
-    type Range = unsafe extern "C" fn(*mut u64, *mut usize, u64) -> CUresult;
-    // SAFETY: `cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr ptr)`.
-    let rc = unsafe { crate::sys::func::fn_at::<Range>(range)(&mut base, &mut size, ptr as u64) };
+    // SAFETY: the driver's `cuMemGetAddressRange_v2` (the table's type), with out-pointers to
+    // locals.
+    let rc = unsafe { range(&mut base, &mut size, ptr as u64) };
     if switch {
         set_current(current);
     }
@@ -215,22 +190,24 @@ pub fn describe(ptr: usize) -> Option<Described> {
 }
 
 fn set_current(ctx: CUcontext) -> bool {
-    let f = CU_CTX_SET_CURRENT.get();
-    // SAFETY: the driver's function, with a context the driver handed out (or null).
-    f != 0 && unsafe { ctx_set_current(f, ctx) } == CUDA_SUCCESS
+    let Some(f) = driver::CTX_SET_CURRENT.get() else {
+        return false;
+    };
+    // SAFETY: a context the driver handed out (or null).
+    let rc = unsafe { ctx_set_current(f, ctx) };
+    rc == CUDA_SUCCESS
 }
 
 /// Whether the driver reports `ptr` as managed memory (false when it cannot tell).
 #[cold]
 pub fn is_managed(ptr: usize) -> bool {
     const IS_MANAGED: u32 = 8;
-    let f = CU_POINTER_GET_ATTRIBUTES.get();
-    if f == 0 {
+    let Some(f) = driver::POINTER_GET_ATTRIBUTES.get() else {
         return false;
-    }
+    };
     let mut managed = 0u32;
     let mut data: [*mut c_void; 1] = [(&mut managed as *mut u32).cast()];
-    // SAFETY: the driver's function, with one 4-byte attribute and its 4-byte slot.
+    // SAFETY: one 4-byte attribute and its 4-byte slot.
     let rc = unsafe { pointer_get_attributes(f, &[IS_MANAGED], &mut data, ptr) };
     rc == CUDA_SUCCESS && managed != 0
 }

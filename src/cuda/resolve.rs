@@ -1,5 +1,6 @@
 //! Finding the driver cuhook calls itself: the libcuda object (the one the hooks' originals come
-//! from) and its functions, looked up with `dlsym` so they are never our hooks.
+//! from) and its functions, looked up with `dlsym` so they are never our hooks (the table of
+//! them is `driver.rs`).
 //!
 //! The loader calls are `crate::sys::dl`'s; the driver object's handle is kept open for good, so
 //! lookups in it stay valid.
@@ -9,34 +10,6 @@ use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::sys::dl;
-
-/// One lazily resolved driver entry point.
-pub struct DriverSymbol {
-    name: &'static CStr,
-    address: AtomicUsize,
-}
-
-impl DriverSymbol {
-    pub(super) const fn new(name: &'static CStr) -> DriverSymbol {
-        DriverSymbol {
-            name,
-            address: AtomicUsize::new(0),
-        }
-    }
-
-    /// The function's address, looked up on first use (0 while no libcuda is loaded).
-    pub fn get(&self) -> usize {
-        let a = self.address.load(Ordering::Acquire);
-        if a != 0 {
-            return a;
-        }
-        let found = resolve(self.name);
-        if found != 0 {
-            self.address.store(found, Ordering::Release);
-        }
-        found
-    }
-}
 
 /// The original of the hooked `cuMemAlloc_v2`: the hook table's row for it publishes here, so
 /// finding the driver object needs nothing from the table.
@@ -82,7 +55,8 @@ pub(super) fn resolve_all(names: &[&CStr], out: &mut [usize]) -> bool {
     !object.is_null()
 }
 
-fn resolve(name: &'static CStr) -> usize {
+/// The address of driver function `name` (0 while no driver is loaded, or it has none).
+pub(super) fn resolve(name: &CStr) -> usize {
     let mut out = [0usize];
     resolve_all(&[name], &mut out);
     out[0]

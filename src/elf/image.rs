@@ -13,9 +13,9 @@ use std::cell::Cell;
 
 use libc::PF_R;
 
-use super::protection::MapsQuery;
 use super::records::Plain;
 use super::snapshot::LoadedObject;
+use crate::sys::maps::{kernel_query_refused, MapsQuery};
 
 /// Most objects have at most this many readable `PT_LOAD` segments (four is usual); more are
 /// looked up in the program headers each time.
@@ -128,7 +128,7 @@ impl<'a> Image<'a> {
                 Ok(found) => found,
                 // Refused mid-way (a seccomp filter installed after start-up): the declared
                 // segments count, as where the kernel has no query.
-                Err(_) if super::protection::kernel_query_refused() => {
+                Err(_) if kernel_query_refused() => {
                     return self.declared(addr, end);
                 }
                 Err(_) => return None,

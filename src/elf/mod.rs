@@ -15,11 +15,11 @@ mod symbols;
 mod versions;
 mod wanted;
 
+pub(crate) use crate::sys::maps::errno_of;
 pub use dynamic::{absolute, BadTables, DynamicTables, RelocTable};
 pub use image::{read_c_str, segments_contain};
 pub use index::{IndexFailure, IndexRoom, Indexed, NameFilter, ObjectIndex, RelocKind, Slot};
 pub use notes::build_id;
-pub(crate) use protection::{errno_of, ProcmapQuery, PROCMAP_QUERY, VMA_READABLE};
 pub use protection::{letters, CheckedSpan, ProtectionMap};
 pub use room::Full;
 pub use snapshot::{counters, snapshot, Counters, LoadedObject, Snapshot};

@@ -2,7 +2,8 @@
 //!
 //! The protection of a GOT page cannot be derived from the object's program headers alone:
 //! glibc makes `PT_GNU_RELRO` read-only only after relocation, and the program may `mprotect`
-//! its own pages. Only the kernel knows, so we ask it, as cheaply as it allows:
+//! its own pages. Only the kernel knows, so we ask it (`crate::sys::maps`), as cheaply as it
+//! allows:
 //!
 //! - Linux ≥ 6.11: the `PROCMAP_QUERY` ioctl on `/proc/self/maps` answers "which mapping covers
 //!   this address, with which protection" in well under a microsecond, whatever the number of
@@ -20,13 +21,13 @@
 //!
 //! Answers are cached for the batch (one query usually covers every slot of an object's GOT),
 //! so a batch must not outlive the patch lock: the engine holds it while it writes.
-#![allow(unsafe_code)]
 
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use region::Protection;
 
+pub use crate::sys::maps::CheckedSpan;
+use crate::sys::maps::{self, kernel_query_refused, MapsQuery};
 use crate::{Error, Result};
 
 /// Mappings one map keeps without a heap allocation: a `dlopen` writes one or two pages (the
@@ -73,17 +74,9 @@ impl ProtectionMap {
     /// Read the mappings that overlap `[lo, hi)` from `/proc/self/maps` (the fallback; also
     /// what the tests compare the kernel query with).
     pub fn read_text(lo: usize, hi: usize) -> Result<ProtectionMap> {
-        let size = hi.saturating_sub(lo).max(1);
-        let err = |e: region::Error| Error::QueryProtection {
-            address: lo,
-            errno: errno_of(&e),
-        };
         let mut regions = Regions::new();
-        for r in region::query_range(lo as *const u8, size).map_err(err)? {
-            let r = r.map_err(err)?;
-            let range = r.as_range();
-            regions.push((range.start, range.end, r.protection()));
-        }
+        maps::read_text(lo, hi, |start, end, p| regions.push((start, end, p)))
+            .map_err(|errno| Error::QueryProtection { address: lo, errno })?;
         regions.sort_by_key(|r| r.0);
         Ok(ProtectionMap {
             regions: RefCell::new(regions),
@@ -130,7 +123,12 @@ impl ProtectionMap {
                 })?;
                 found
             }
-            Err(e) => return Err(e),
+            Err(errno) => {
+                return Err(Error::QueryProtection {
+                    address: addr,
+                    errno,
+                })
+            }
         };
         let mut regions = self.regions.borrow_mut();
         let at = regions.partition_point(|r| r.0 < start);
@@ -152,238 +150,6 @@ fn lookup(
     }
 }
 
-/// `struct procmap_query` of `<linux/fs.h>` (Linux 6.11).
-#[repr(C)]
-#[derive(Default)]
-pub(crate) struct ProcmapQuery {
-    pub(crate) size: u64,
-    pub(crate) query_flags: u64,
-    pub(crate) query_addr: u64,
-    pub(crate) vma_start: u64,
-    pub(crate) vma_end: u64,
-    pub(crate) vma_flags: u64,
-    pub(crate) vma_page_size: u64,
-    pub(crate) vma_offset: u64,
-    pub(crate) inode: u64,
-    pub(crate) dev_major: u32,
-    pub(crate) dev_minor: u32,
-    pub(crate) vma_name_size: u32,
-    pub(crate) build_id_size: u32,
-    pub(crate) vma_name_addr: u64,
-    pub(crate) build_id_addr: u64,
-}
-
-/// `_IOWR('f', 17, struct procmap_query)`.
-pub(crate) const PROCMAP_QUERY: libc::c_ulong = (3 << 30)
-    | ((std::mem::size_of::<ProcmapQuery>() as libc::c_ulong) << 16)
-    | ((b'f' as libc::c_ulong) << 8)
-    | 17;
-pub(crate) const VMA_READABLE: u64 = 1;
-const VMA_WRITABLE: u64 = 2;
-const VMA_EXECUTABLE: u64 = 4;
-
-const SPAN_NONE: u8 = 0;
-const SPAN_OPEN: u8 = 1;
-
-thread_local! {
-    /// Whether this thread is inside a [`CheckedSpan`] (an engine operation).
-    static SPAN: Cell<u8> = const { Cell::new(SPAN_NONE) };
-    /// The descriptor this thread's span opened (-1: none yet), closed when the span ends.
-    static SPAN_FD: Cell<i32> = const { Cell::new(-1) };
-    /// Its `st_dev` and `st_ino`: a descriptor the program closed and reused meanwhile is
-    /// the program's, never closed by us.
-    static SPAN_FILE: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
-}
-
-/// One engine operation on one thread, in which `/proc/self/maps` is opened once (at its first
-/// query) and closed at the end: indexing and patching one new object are two batches, and an
-/// open per batch would cost ≈ 2 µs of each hooked `dlopen`. The program could close and reuse
-/// the descriptor's number meanwhile; a query on a file that is not a maps file fails, and the
-/// object is then treated as unreadable, never read. Spans do not nest.
-#[derive(Debug)]
-pub struct CheckedSpan(());
-
-impl CheckedSpan {
-    pub fn begin() -> CheckedSpan {
-        SPAN.with(|s| s.set(SPAN_OPEN));
-        CheckedSpan(())
-    }
-
-    /// In a child just forked by a thread inside a span: the descriptor opened in the parent
-    /// reads the parent's mappings. The child's copy is closed; the next query opens its own.
-    pub fn recheck_after_fork() {
-        close_span_descriptor();
-    }
-}
-
-impl Drop for CheckedSpan {
-    fn drop(&mut self) {
-        close_span_descriptor();
-        SPAN.with(|s| s.set(SPAN_NONE));
-    }
-}
-
-fn close_span_descriptor() {
-    let fd = SPAN_FD.with(|f| f.replace(-1));
-    if fd >= 0 && identity(fd) == Some(SPAN_FILE.with(Cell::get)) {
-        // SAFETY: the descriptor this thread's span opened (still the same file), closed once.
-        unsafe { libc::close(fd) };
-    }
-}
-
-fn identity(fd: i32) -> Option<(u64, u64)> {
-    // SAFETY: fstat fills the zeroed struct for a descriptor (or fails).
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
-}
-
-/// Whether `PROCMAP_QUERY` can be used: not known yet, yes, or no (an older kernel,
-/// `CUHOOK_NO_PROCMAP_QUERY=1`, or refused — then for good).
-static KERNEL_QUERY: AtomicU8 = AtomicU8::new(UNKNOWN);
-const UNKNOWN: u8 = 0;
-const USABLE: u8 = 1;
-const REFUSED: u8 = 2;
-
-/// Whether the kernel query was refused (or never existed): callers answer from the text.
-pub(super) fn kernel_query_refused() -> bool {
-    KERNEL_QUERY.load(Ordering::Acquire) == REFUSED
-}
-
-/// Use the text from now on, after `errno` (said once).
-fn refuse(errno: i32) {
-    if KERNEL_QUERY.swap(REFUSED, Ordering::AcqRel) == USABLE {
-        crate::log!(
-            crate::log::Level::Info,
-            "PROCMAP_QUERY failed ({}): reading /proc/self/maps as text from now on",
-            std::io::Error::from_raw_os_error(errno)
-        );
-    }
-}
-
-/// A `/proc/self/maps` descriptor of this process: the span's, or its own (closed on drop).
-#[derive(Debug)]
-pub(super) struct MapsQuery {
-    fd: i32,
-    owned: bool,
-}
-
-impl Drop for MapsQuery {
-    fn drop(&mut self) {
-        if self.owned {
-            // SAFETY: our own descriptor, closed once.
-            unsafe { libc::close(self.fd) };
-        }
-    }
-}
-
-impl MapsQuery {
-    /// A descriptor to query: the span's (opened now if it has none), or outside a span a
-    /// fresh one of its own. `None` when the kernel query is not available, or no descriptor
-    /// can be had.
-    pub(super) fn open() -> Option<MapsQuery> {
-        match KERNEL_QUERY.load(Ordering::Acquire) {
-            REFUSED => return None,
-            UNKNOWN if std::env::var_os("CUHOOK_NO_PROCMAP_QUERY").is_some_and(|v| v == "1") => {
-                KERNEL_QUERY.store(REFUSED, Ordering::Release);
-                return None;
-            }
-            _ => {}
-        }
-        if SPAN.with(Cell::get) == SPAN_OPEN {
-            let fd = SPAN_FD.with(Cell::get);
-            if fd >= 0 {
-                return Some(MapsQuery { fd, owned: false });
-            }
-            let q = Self::open_fresh()?;
-            let file = identity(q.fd)?;
-            SPAN_FILE.with(|f| f.set(file));
-            SPAN_FD.with(|f| f.set(q.fd));
-            let fd = q.fd;
-            std::mem::forget(q);
-            return Some(MapsQuery { fd, owned: false });
-        }
-        Self::open_fresh()
-    }
-
-    /// Open `/proc/self/maps`; the first time, check that the kernel answers the query.
-    fn open_fresh() -> Option<MapsQuery> {
-        // SAFETY: a NUL-terminated path; the descriptor is ours.
-        let fd = unsafe {
-            libc::open(
-                c"/proc/self/maps".as_ptr(),
-                libc::O_RDONLY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return None;
-        }
-        let q = MapsQuery { fd, owned: true };
-        if KERNEL_QUERY.load(Ordering::Acquire) == UNKNOWN {
-            // Probe with an address that is surely mapped: this function's code.
-            match q.covering(MapsQuery::open as *const () as usize) {
-                Ok(_) => {
-                    let _ = KERNEL_QUERY.compare_exchange(
-                        UNKNOWN,
-                        USABLE,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    );
-                }
-                Err(_) => {
-                    KERNEL_QUERY.store(REFUSED, Ordering::Release);
-                    return None;
-                }
-            }
-        }
-        Some(q)
-    }
-
-    /// The mapping covering `addr`: (start, end, protection).
-    pub(super) fn covering(&self, addr: usize) -> Result<(usize, usize, Protection)> {
-        let mut q = ProcmapQuery {
-            size: std::mem::size_of::<ProcmapQuery>() as u64,
-            query_addr: addr as u64,
-            ..Default::default()
-        };
-        // SAFETY: PROCMAP_QUERY reads and writes exactly one `struct procmap_query`, whose size
-        // we pass in `size`; the name and build-id buffers are not requested (sizes 0).
-        let rc = unsafe { libc::ioctl(self.fd, PROCMAP_QUERY as _, &mut q as *mut ProcmapQuery) };
-        if rc != 0 {
-            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-            // ENOENT: nothing is mapped there. EBADF, ENOTTY: not (or no longer) a maps file of
-            // ours (the program closed the descriptor and reused its number): the object is
-            // treated as unreadable. Anything else (EPERM, EACCES, ENOSYS from a seccomp filter;
-            // EINVAL from a kernel that does not know the ioctl): the query is not to be had.
-            if !matches!(errno, libc::ENOENT | libc::EBADF | libc::ENOTTY) {
-                refuse(errno);
-            }
-            return Err(Error::QueryProtection {
-                address: addr,
-                errno,
-            });
-        }
-        let (start, end) = (q.vma_start as usize, q.vma_end as usize);
-        if !(start <= addr && addr < end) {
-            return Err(Error::QueryProtection {
-                address: addr,
-                errno: libc::ENOMEM,
-            });
-        }
-        let mut p = Protection::NONE;
-        for (bit, prot) in [
-            (VMA_READABLE, Protection::READ),
-            (VMA_WRITABLE, Protection::WRITE),
-            (VMA_EXECUTABLE, Protection::EXECUTE),
-        ] {
-            if q.vma_flags & bit != 0 {
-                p |= prot;
-            }
-        }
-        Ok((start, end, p))
-    }
-}
-
 /// `rwx` letters as in `/proc/self/maps`.
 pub fn letters(p: Protection) -> String {
     let f = |bit, c| if p.contains(bit) { c } else { '-' };
@@ -396,15 +162,8 @@ pub fn letters(p: Protection) -> String {
     .collect()
 }
 
-pub(crate) fn errno_of(e: &region::Error) -> i32 {
-    match e {
-        region::Error::SystemCall(errno) => *errno,
-        region::Error::UnmappedRegion => libc::ENOMEM,
-        _ => libc::EINVAL,
-    }
-}
-
 #[cfg(test)]
+#[allow(unsafe_code)]
 mod tests {
     use super::*;
 
@@ -643,7 +402,7 @@ mod tests {
             return;
         }
         assert_eq!(inside.at(probe).unwrap(), Protection::READ_EXECUTE);
-        let fd = SPAN_FD.with(Cell::get);
+        let fd = maps::span_descriptor().unwrap_or(-1);
         assert!(fd >= 0);
         // SAFETY: the span's descriptor, replaced by /dev/null under the same number (what a
         // program that closes descriptors it does not own would do).

@@ -21,23 +21,20 @@
 //! A sandbox may deny `membarrier` after it was registered (a seccomp filter a program installs
 //! once it has started). Then nothing aborts: new sections fence fully from then on, and each
 //! writer barrier, which may still meet readers that entered with a compiler fence only, makes
-//! every running thread of the process pass a full fence another way ([`process_wide_fence`]:
-//! a page-protection change, whose TLB shootdown interrupts every CPU running the process on
-//! x86-64; on other architectures, where TLB invalidations are broadcast without interrupts,
-//! also a wait of a few milliseconds, past which no store of a running reader is still
-//! unpublished). `cuhook::events::asymmetric_barriers()` is then false.
+//! every running thread of the process pass a full fence another way
+//! ([`membarrier::process_wide_fence`]: a page-protection change, whose TLB shootdown
+//! interrupts every CPU running the process on x86-64; on other architectures, where TLB
+//! invalidations are broadcast without interrupts, also a wait of a few milliseconds, past which
+//! no store of a running reader is still unpublished). `cuhook::events::asymmetric_barriers()` is then false.
 //!
-//! # Safety
-//!
-//! The unsafe code is the `membarrier` system call (integer arguments, no memory) and the
-//! fallback's private anonymous page (mapped once, never unmapped).
-#![allow(unsafe_code)]
+//! The system calls (`membarrier`, the fallback's page) are `crate::sys::membarrier`'s.
 
 use std::sync::atomic::{compiler_fence, AtomicBool};
 
 use crate::atomics::{fence, AtomicU64, Ordering};
 
 use super::slots::{self, backoff, Slot, MAX_DEPTH, SLOTS};
+use crate::sys::membarrier;
 
 /// Advanced by writers after each head swap; starts at 1 because 0 means "not dispatching".
 #[cfg(not(loom))]
@@ -52,27 +49,12 @@ loom::lazy_static! {
 /// stays false.
 static ASYMMETRIC: AtomicBool = AtomicBool::new(false);
 /// Set when `membarrier` failed after registration: every writer barrier from then on uses
-/// [`process_wide_fence`] (a reader may still be in a section it entered with a compiler fence).
+/// [`membarrier::process_wide_fence`] (a reader may still be in a section it entered with a
+/// compiler fence).
 static DEGRADED: AtomicBool = AtomicBool::new(false);
 /// Fork-safe: `init_writer` may wait on `membarrier` registration for milliseconds, and a child
 /// forked meanwhile must not wait for ever on a `std::sync::Once` (registering again is harmless).
 static MODE: crate::sys::once::ForkSafeOnce = crate::sys::once::ForkSafeOnce::new();
-
-const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
-const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
-const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
-
-fn membarrier(cmd: libc::c_long) -> libc::c_long {
-    // SAFETY: membarrier(cmd, flags = 0, cpu_id = 0) takes no pointers.
-    unsafe {
-        libc::syscall(
-            libc::SYS_membarrier,
-            cmd,
-            0 as libc::c_long,
-            0 as libc::c_long,
-        )
-    }
-}
 
 /// Chooses the barrier scheme; every writer calls this before touching shared state.
 /// `CUHOOK_NO_MEMBARRIER=1` forces the symmetric fences (for comparison, or where the IPIs of
@@ -91,11 +73,7 @@ pub(crate) fn init_writer() {
         {
             return;
         }
-        let supported = membarrier(MEMBARRIER_CMD_QUERY);
-        if supported > 0
-            && supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED != 0
-            && membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0
-        {
+        if membarrier::register_private_expedited() {
             ASYMMETRIC.store(true, Ordering::SeqCst);
         }
     });
@@ -125,17 +103,15 @@ fn reader_barrier(asymmetric: bool) {
 fn writer_barrier() {
     fence(Ordering::SeqCst);
     if DEGRADED.load(Ordering::Acquire) {
-        process_wide_fence();
-    } else if ASYMMETRIC.load(Ordering::Relaxed)
-        && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0
-    {
+        membarrier::process_wide_fence();
+    } else if ASYMMETRIC.load(Ordering::Relaxed) && !membarrier::private_expedited() {
         degrade();
     }
     fence(Ordering::SeqCst);
 }
 
 /// `membarrier` failed after registration: readers fence fully from now on, and this and every
-/// later writer barrier use [`process_wide_fence`].
+/// later writer barrier use [`membarrier::process_wide_fence`].
 #[cold]
 fn degrade() {
     if !DEGRADED.swap(true, Ordering::SeqCst) {
@@ -146,58 +122,7 @@ fn degrade() {
             std::io::Error::last_os_error()
         );
     }
-    process_wide_fence();
-}
-
-/// A full fence on every thread of the process now running, without `membarrier`.
-#[cold]
-fn process_wide_fence() {
-    use std::sync::atomic::AtomicUsize;
-    static PAGE: AtomicUsize = AtomicUsize::new(0);
-    let page = region::page::size();
-    let mut at = PAGE.load(Ordering::Acquire);
-    if at == 0 {
-        // SAFETY: a fresh private anonymous page of ours; never unmapped.
-        let fresh = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if fresh != libc::MAP_FAILED {
-            at = match PAGE.compare_exchange(0, fresh as usize, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => fresh as usize,
-                Err(other) => {
-                    // SAFETY: our own mapping, never published.
-                    unsafe { libc::munmap(fresh, page) };
-                    other
-                }
-            };
-        }
-    }
-    if at != 0 {
-        // Dirty the page so that the protection change must shoot its translation down on every
-        // CPU that may hold it: on x86-64, an interrupt (a serialising event) on each CPU now
-        // running a thread of the process.
-        // SAFETY: our own page, writable until the first mprotect below, restored after it.
-        unsafe {
-            std::ptr::write_volatile(at as *mut u8, 1);
-            libc::mprotect(at as *mut libc::c_void, page, libc::PROT_READ);
-            libc::mprotect(
-                at as *mut libc::c_void,
-                page,
-                libc::PROT_READ | libc::PROT_WRITE,
-            );
-        }
-    }
-    if !cfg!(target_arch = "x86_64") || at == 0 {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    membarrier::process_wide_fence();
 }
 
 /// One dispatch level on this thread. While the outermost `Section` lives, no snapshot loaded

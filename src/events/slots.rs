@@ -19,14 +19,11 @@
 //! After `fork`, the child holds only the forking thread: a `pthread_atfork` child handler frees
 //! every other slot (their owners do not exist there) and re-stamps the caller's with its new id.
 //!
-//! # Safety
-//!
-//! This module calls `syscall(SYS_gettid)`, `syscall(SYS_tgkill, pid, tid, 0)`, `getpid` and
-//! `pthread_atfork`: plain system calls on integers with no memory arguments, and an atfork
-//! registration of a function that lives as long as the process (see [`after_fork_child`]).
-#![allow(unsafe_code)]
+//! Thread ids and the liveness check are `crate::sys::thread`'s; the atfork registration is
+//! `crate::sys::once`'s.
 
 use crate::atomics::{spin_loop, yield_now, Ordering};
+use crate::sys::thread;
 
 pub(crate) use super::slot::Slot;
 pub use super::slot::MAX_DEPTH;
@@ -132,7 +129,7 @@ fn claim_owned() -> Option<&'static Slot> {
         Some(after_fork_child),
         "a forked child keeps its parent's event slots",
     );
-    let me = gettid();
+    let me = thread::id();
     for pass in 0..2 {
         for slot in &SLOTS[..OWNED] {
             if slot.owner.load(Ordering::Relaxed) == FREE
@@ -154,7 +151,7 @@ fn claim_owned() -> Option<&'static Slot> {
 /// Borrows a spare slot; spins only while every spare is lent to a thread that is dispatching,
 /// which ends when those dispatches return.
 fn borrow_spare() -> &'static Slot {
-    let lent = LENT | gettid();
+    let lent = LENT | thread::id();
     let mut spins = 0u32;
     loop {
         for slot in &SLOTS[OWNED..] {
@@ -188,7 +185,7 @@ fn reclaim_dead() {
 /// announcements set). Returns whether it did.
 pub(crate) fn reclaim_if_dead(slot: &Slot) -> bool {
     let owner = slot.owner.load(Ordering::Acquire);
-    if owner == FREE || owner == RECLAIMING || thread_alive(lent_to(owner).unwrap_or(owner)) {
+    if owner == FREE || owner == RECLAIMING || thread::alive(lent_to(owner).unwrap_or(owner)) {
         return false;
     }
     if slot
@@ -213,21 +210,6 @@ pub(crate) fn backoff(spins: &mut u32) {
     }
 }
 
-fn gettid() -> u64 {
-    // SAFETY: SYS_gettid takes no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_gettid) as u64 }
-}
-
-fn thread_alive(tid: u64) -> bool {
-    // Miri has no `tgkill`; "alive" only keeps a slot longer.
-    if cfg!(miri) {
-        return true;
-    }
-    // SAFETY: signal 0 only checks that the thread exists; no memory is passed.
-    let r = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid as libc::pid_t, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
-
 /// In the child after `fork`, only the forking thread exists: free every other slot (including
 /// ones whose owners were mid-dispatch, which would otherwise block writers forever) and give the
 /// caller's slot its new thread id.
@@ -238,7 +220,7 @@ extern "C" fn after_fork_child() {
     for slot in SLOTS.iter() {
         if mine.is_some_and(|m| std::ptr::eq(m, slot)) {
             let lent = lent_to(slot.owner.load(Ordering::Relaxed)).is_some();
-            let tid = gettid();
+            let tid = thread::id();
             slot.owner
                 .store(if lent { LENT | tid } else { tid }, Ordering::Relaxed);
         } else {
@@ -278,7 +260,7 @@ mod tests {
         let (slot, tid) = std::thread::spawn(|| {
             let _ = enter_level();
             exit_level(0, false);
-            (current_slot().unwrap(), gettid())
+            (current_slot().unwrap(), thread::id())
         })
         .join()
         .unwrap();

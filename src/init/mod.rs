@@ -73,10 +73,7 @@ extern "C" fn constructor() {
 
 #[cfg_attr(miri, allow(dead_code))] // only the constructor calls it
 fn secure_execution() -> bool {
-    // SAFETY: getauxval has no preconditions.
-    #[allow(unsafe_code)]
-    let secure = unsafe { libc::getauxval(libc::AT_SECURE) };
-    secure != 0
+    crate::sys::process::secure_execution()
 }
 
 /// Whether our code lives in the C library `libcuhook.so` (not in a program or a host library
@@ -112,12 +109,8 @@ pub fn start(config: &Config) -> Result<()> {
     if let Some(target) = &config.report {
         report::enable_stats()?;
         *REPORT.lock() = Some(target.clone());
-        // SAFETY: registering a plain extern "C" function; glibc runs it at exit (or when this
-        // object is unloaded, which `-z nodelete` prevents).
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::atexit(write_report_at_exit)
-        };
+        // glibc runs it at exit (or when this object is unloaded, which `-z nodelete` prevents).
+        crate::sys::process::at_exit(write_report_at_exit);
     }
     if let Some(path) = &config.trace {
         if let Err(e) = report::enable_trace(path) {
@@ -141,12 +134,12 @@ extern "C" fn write_report_at_exit() {
             // Rendering allocates as it goes: in a host out of memory, one fixed line instead
             // of an abort that would change the host's exit status.
             if !crate::sys::memory::available(crate::sys::memory::REPORT_MARGIN) {
-                crate::output::write_stderr(b"cuhook: no exit report: memory is short at exit\n");
+                crate::sys::write::stderr(b"cuhook: no exit report: memory is short at exit\n");
                 return;
             }
             let text = report::render();
             match target {
-                ReportTarget::Stderr => crate::output::write_stderr(text.as_bytes()),
+                ReportTarget::Stderr => crate::sys::write::stderr(text.as_bytes()),
                 ReportTarget::File(path) => {
                     let path = report::expand_path(&path);
                     if let Err(e) = report::write_file(&path, text.as_bytes()) {

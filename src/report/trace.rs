@@ -157,19 +157,8 @@ pub fn on_event(ev: &MemEvent, _context: usize) {
     // SAFETY: trace files are leaked, never freed: the pointer stays valid.
     #[allow(unsafe_code)]
     let f = unsafe { &*file };
-    // SAFETY: gettid has no preconditions.
-    #[allow(unsafe_code)]
-    let tid = unsafe { libc::gettid() } as i64;
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid timespec to write; CLOCK_REALTIME always exists (vDSO, no lock).
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_REALTIME, &mut now)
-    };
-    let time_ns = (now.tv_sec as u64) * 1_000_000_000 + now.tv_nsec as u64;
+    let tid = crate::sys::thread::id() as i64;
+    let time_ns = crate::sys::process::realtime_ns();
     let mut line = StackBuf::<512>::new();
     if format(ev, tid, time_ns, &mut line).is_err() {
         return;

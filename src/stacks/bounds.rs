@@ -28,7 +28,7 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use crate::elf::{ProcmapQuery, PROCMAP_QUERY, VMA_READABLE};
+use crate::sys::maps::{ProcmapQuery, PROCMAP_QUERY, VMA_READABLE};
 
 thread_local! {
     /// This thread's last stack mapping, `[start, end)`; empty until asked.

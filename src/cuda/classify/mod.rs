@@ -33,7 +33,6 @@ mod classifier;
 mod context;
 mod interface;
 mod libcuda;
-mod warn;
 
 #[cfg(test)]
 mod mock;
@@ -46,7 +45,13 @@ pub use interface::{attr, DriverApi, DriverResult};
 pub use libcuda::LibCuda;
 
 /// The classifier over the process's libcuda.
-static GLOBAL: Classifier<LibCuda> = Classifier::new(LibCuda::new(), warn::stderr_line);
+static GLOBAL: Classifier<LibCuda> = Classifier::new(LibCuda::new(), warn);
+
+/// The classifier's one-line warnings, on stderr as every diagnostic (`sys::write::stderr`:
+/// usable from a library constructor or late in process exit, and never killed by `SIGPIPE`).
+fn warn(line: &str) {
+    crate::sys::write::stderr(line.as_bytes());
+}
 
 /// The process-wide classifier (driver answers only; [`classify`] asks the registry first).
 pub fn classifier() -> &'static Classifier<LibCuda> {

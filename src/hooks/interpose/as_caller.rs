@@ -38,23 +38,11 @@ unsafe extern "C" fn call_through(
     );
 }
 
-/// Whether this thread runs with a shadow stack (`ARCH_SHSTK_STATUS`, Linux ≥ 6.6); a kernel
-/// without the query has none.
-#[cfg(target_arch = "x86_64")]
-fn shadow_stack_active() -> bool {
-    const ARCH_SHSTK_STATUS: libc::c_int = 0x5005;
-    let mut features: u64 = 0;
-    // SAFETY: ARCH_SHSTK_STATUS writes one u64 of feature bits; older kernels answer EINVAL.
-    let rc = unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_SHSTK_STATUS, &mut features) };
-    rc == 0 && features & 1 != 0
-}
-
 /// A `ret` instruction inside the caller's object, on the page of its return address.
 #[cfg(target_arch = "x86_64")]
 fn ret_in_caller(caller: usize) -> Option<usize> {
     use crate::patch::ProtectionMap;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    let page = region::page::size().max(4096);
     let start = caller & !(page - 1);
     let map = ProtectionMap::for_addresses(std::iter::once(start)).ok()?;
     if !map
@@ -84,7 +72,7 @@ pub fn lookup(
 ) -> Option<*mut c_void> {
     #[cfg(target_arch = "x86_64")]
     {
-        if shadow_stack_active() {
+        if crate::sys::thread::shadow_stack_active() {
             return None;
         }
         let ret_at = ret_in_caller(caller)?;

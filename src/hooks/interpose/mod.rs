@@ -245,10 +245,7 @@ fn open_as_caller(
         let Ok(path) = CString::new(path) else {
             continue;
         };
-        // SAFETY: `path` is NUL-terminated.
-        #[allow(unsafe_code)]
-        let exists = unsafe { libc::access(path.as_ptr(), libc::F_OK) } == 0;
-        if exists {
+        if crate::sys::fd::exists(&path) {
             let handle = open(path.as_ptr());
             if !handle.is_null() {
                 return handle;
