@@ -169,3 +169,77 @@ fn a_full_stack_table_counts_the_rest_as_other() {
     assert!(section.starts_with(": 1 site (8 frames"), "{section}");
     assert!(section.contains("stack table full"), "{section}");
 }
+
+/// `cuhook run --stacks 16 --trace`: the report's call-site section, alloc events in the trace
+/// naming their stack, one stack line per stack with its frames (the leaking function's among
+/// them, symbolized), and the CLI reading the whole trace back without an unreadable line.
+#[test]
+fn cuhook_run_records_stacks_into_the_report_and_the_trace() {
+    let dir = common::scratch("stacks-run");
+    let exe = build_leaks(&dir);
+    let trace = dir.join("t.jsonl");
+    let out = common::cuhook_command()
+        .args(["run", "--stacks", "16", "--trace"])
+        .arg(&trace)
+        .arg("--lib")
+        .arg(common::libcuhook())
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("Live allocations at exit by call site: 3 sites"),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let allocs: Vec<&serde_json::Value> = lines.iter().filter(|v| v["event"] == "alloc").collect();
+    assert_eq!(allocs.len(), 13, "{text}");
+    assert!(
+        allocs.iter().all(|v| v["stack"].as_u64() >= Some(2)),
+        "{text}"
+    );
+    let stacks: Vec<&serde_json::Value> = lines.iter().filter(|v| v["frames"].is_array()).collect();
+    for a in &allocs {
+        assert!(
+            stacks.iter().any(|s| s["stack"] == a["stack"]),
+            "no stack line for {a}"
+        );
+    }
+    let big = stacks
+        .iter()
+        .find(|s| {
+            s["frames"][0]["symbol"]
+                .as_str()
+                .is_some_and(|f| f.starts_with("leak_big ("))
+        })
+        .unwrap_or_else(|| panic!("no stack of leak_big:\n{text}"));
+    assert!(
+        big["frames"][0]["module"]
+            .as_str()
+            .unwrap()
+            .ends_with("/leaks"),
+        "{big}"
+    );
+    assert!(
+        big["frames"][0]["offset"]
+            .as_str()
+            .unwrap()
+            .starts_with("0x"),
+        "{big}"
+    );
+    let out = common::cuhook_command()
+        .args(["export", "--format", "perfetto", "-o"])
+        .arg(dir.join("t.json"))
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("unreadable"), "{err}");
+}

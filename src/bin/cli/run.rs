@@ -10,7 +10,7 @@ use super::private_dir::PrivateDir;
 use super::{library, signals};
 
 const HELP: &str = "\
-Usage: cuhook run [--report FILE] [--trace FILE] [--lib PATH] [--] COMMAND [ARGS...]
+Usage: cuhook run [--report FILE] [--trace FILE] [--stacks N] [--lib PATH] [--] COMMAND [ARGS...]
 
 Runs COMMAND with libcuhook.so preloaded. Every process of the command writes an exit report;
 the command's own report, and those of other processes that used CUDA, are printed on stderr
@@ -18,6 +18,8 @@ when it ends. Exits with COMMAND's exit status.
 
   --report FILE   also write the report(s) to FILE
   --trace FILE    write one JSON object per event (alloc/free) to FILE (`cuhook view` draws it)
+  --stacks N      record N frames (1-64) of each allocation's call stack: the report then
+                  groups the memory still live at exit by call site, as function (file:line)
   --lib PATH      the libcuhook.so to preload (default: $CUHOOK_LIB, else beside this binary
                   or in ../lib; `cuhook --help` gives the whole search order)
   -h, --help      this text
@@ -46,6 +48,7 @@ pub const NOT_FOUND: i32 = 127;
 pub struct Options {
     pub report: Option<PathBuf>,
     pub trace: Option<PathBuf>,
+    pub stacks: Option<u32>,
     pub lib: Option<PathBuf>,
     pub command: Vec<OsString>,
 }
@@ -59,6 +62,15 @@ pub fn parse(args: Vec<OsString>) -> Result<Option<Options>, lexopt::Error> {
         match arg {
             Long("report") => o.report = Some(p.value()?.into()),
             Long("trace") => o.trace = Some(p.value()?.into()),
+            Long("stacks") => {
+                let n: u32 = p.value()?.parse()?;
+                if !(1..=64).contains(&n) {
+                    return Err(lexopt::Error::from(format!(
+                        "--stacks {n}: the frames recorded per allocation must be 1 to 64"
+                    )));
+                }
+                o.stacks = Some(n);
+            }
             Long("lib") => o.lib = Some(p.value()?.into()),
             Long("help") | Short('h') => return Ok(None),
             // The command and everything after it are the command's own.
@@ -358,7 +370,13 @@ pub fn main(args: Vec<OsString>) -> i32 {
         eprintln!("cuhook run: {e}; the command was not started.");
         return SETUP_FAILED;
     }
-    let outcome = match run_under_cuhook(&lib, &opts.command, opts.trace.as_deref(), &[]) {
+    let depth = opts.stacks.map(|n| OsString::from(n.to_string()));
+    let env: Vec<(&str, &OsStr)> = depth
+        .as_deref()
+        .map(|d| ("CUHOOK_STACKS", d))
+        .into_iter()
+        .collect();
+    let outcome = match run_under_cuhook(&lib, &opts.command, opts.trace.as_deref(), &env) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("cuhook run: {e}");
@@ -435,6 +453,19 @@ mod tests {
         assert_eq!(err(&["--report"]), "option `--report` needs a value");
         assert_eq!(err(&["--bogus", "x"]), "unknown option `--bogus`");
         assert_eq!(err(&["--trace=t", "-q", "x"]), "unknown option `-q`");
+        assert_eq!(
+            err(&["--stacks", "0", "x"]),
+            "--stacks 0: the frames recorded per allocation must be 1 to 64"
+        );
+        assert_eq!(
+            err(&["--stacks=65", "x"]),
+            "--stacks 65: the frames recorded per allocation must be 1 to 64"
+        );
+        assert!(err(&["--stacks", "many", "x"]).contains("many"));
+        assert_eq!(
+            parse(os(&["--stacks", "16", "x"])).unwrap().unwrap().stacks,
+            Some(16)
+        );
     }
 
     #[test]
