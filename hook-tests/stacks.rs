@@ -242,4 +242,30 @@ fn cuhook_run_records_stacks_into_the_report_and_the_trace() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("unreadable"), "{err}");
+    // The Perfetto export carries each allocation's stack as an argument.
+    let perfetto = std::fs::read_to_string(dir.join("t.json")).unwrap();
+    assert!(perfetto.contains("\"stack\":\"leak_big ("), "{perfetto}");
+    // `cuhook view`: the page's data names the call sites with their frames.
+    let page = dir.join("memory.html");
+    let out = common::cuhook_command()
+        .args(["view", "-o"])
+        .arg(&page)
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    let sites = html
+        .split("\"sites\":[")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no sites in the page data"));
+    assert!(
+        sites.starts_with("{\"frames\":[\"leak_big ("),
+        "{}",
+        &sites[..200.min(sites.len())]
+    );
 }

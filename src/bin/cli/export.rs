@@ -80,6 +80,10 @@ struct Row {
     series: String,
     live: u64,
     tid: i64,
+    /// The allocation's call stack (`cuhook run --stacks`), 0 when none was recorded.
+    stack: u32,
+    /// Its frames as text, from the trace's stack lines (shared between rows).
+    frames: Option<std::rc::Rc<[String]>>,
 }
 
 /// Read one trace: its rows, times made monotonic (a trace without times counts 1 µs an event).
@@ -90,35 +94,48 @@ fn rows_of(path: &std::path::Path) -> Result<(Vec<Row>, super::reader::Tally), S
     let mut rows = Vec::new();
     let mut last = 0u64;
     let mut timed = true;
-    let tally = super::reader::read(std::io::BufReader::with_capacity(1 << 20, f), |ev| {
-        let ((mem_type, device), live) = replay.apply(ev);
-        let ns = match ev.time_ns {
-            Some(t) => {
-                last = last.max(t);
-                last
-            }
-            None => {
-                timed = false;
-                0
-            }
-        };
-        let series = if device < 0 {
-            format!("live bytes {}", mem_type.name())
-        } else {
-            format!("live bytes {} dev {device}", mem_type.name())
-        };
-        rows.push(Row {
-            ns,
-            kind: ev.kind,
-            api: ev.api.to_owned(),
-            address: ev.address,
-            size: ev.size,
-            series,
-            live,
-            tid: ev.tid,
-        });
-    })
+    let mut stacks: HashMap<u32, std::rc::Rc<[String]>> = HashMap::new();
+    let tally = super::reader::read_with_stacks(
+        std::io::BufReader::with_capacity(1 << 20, f),
+        |ev| {
+            let ((mem_type, device), live) = replay.apply(ev);
+            let ns = match ev.time_ns {
+                Some(t) => {
+                    last = last.max(t);
+                    last
+                }
+                None => {
+                    timed = false;
+                    0
+                }
+            };
+            let series = if device < 0 {
+                format!("live bytes {}", mem_type.name())
+            } else {
+                format!("live bytes {} dev {device}", mem_type.name())
+            };
+            rows.push(Row {
+                ns,
+                kind: ev.kind,
+                api: ev.api.to_owned(),
+                address: ev.address,
+                size: ev.size,
+                series,
+                live,
+                tid: ev.tid,
+                stack: ev.stack,
+                frames: None,
+            });
+        },
+        |id, frames| {
+            stacks.insert(id, frames.into());
+        },
+    )
     .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    // Stack lines come at the end of a trace: each allocation gets its frames now.
+    for r in rows.iter_mut().filter(|r| r.stack != 0) {
+        r.frames = stacks.get(&r.stack).cloned();
+    }
     if !timed {
         // One microsecond per event, from 0.
         for (i, r) in rows.iter_mut().enumerate() {
@@ -188,10 +205,14 @@ fn write_json(lanes: &[(String, Vec<Row>)], out: &mut impl Write) -> std::io::Re
                     let id = next_id;
                     next_id += 1;
                     open.insert(r.address, (id, &r.api));
+                    // The call stack as an argument, one frame per line.
+                    let stack = r.frames.as_ref().map_or(String::new(), |f| {
+                        format!(",\"stack\":{}", quoted(&f.join("\n")))
+                    });
                     emit(
                         out,
                         format!(
-                            "{{\"ph\":\"b\",\"cat\":\"allocation\",\"name\":{},\"id\":\"{id:#x}\",\"pid\":{pid},\"tid\":{},\"ts\":{ts},\"args\":{{\"address\":\"{:#x}\",\"size\":{}}}}}",
+                            "{{\"ph\":\"b\",\"cat\":\"allocation\",\"name\":{},\"id\":\"{id:#x}\",\"pid\":{pid},\"tid\":{},\"ts\":{ts},\"args\":{{\"address\":\"{:#x}\",\"size\":{}{stack}}}}}",
                             quoted(&r.api),
                             r.tid,
                             r.address,

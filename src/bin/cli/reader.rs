@@ -95,6 +95,30 @@ pub fn event(v: &Value) -> Result<TraceEvent<'_>, String> {
     })
 }
 
+/// A stack line's frames as text: each frame's symbol (`function (file:line)`), else its
+/// module's file name and offset, else its address.
+pub fn stack_frames(v: &Value) -> Vec<String> {
+    let text = |f: &Value, key: &str| f[key].as_str().filter(|s| !s.is_empty()).map(str::to_owned);
+    v["frames"]
+        .as_array()
+        .map(|frames| {
+            frames
+                .iter()
+                .map(|f| {
+                    text(f, "symbol")
+                        .or_else(|| {
+                            let module = text(f, "module")?;
+                            let name = module.rsplit('/').next().unwrap_or(&module).to_owned();
+                            Some(format!("{name}+{}", text(f, "offset").unwrap_or_default()))
+                        })
+                        .or_else(|| text(f, "address"))
+                        .unwrap_or_else(|| "?".to_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Whether `v` is a stack line: an object with a numeric `"stack"`, a `"frames"` array and no
 /// `"event"`.
 fn is_stack_line(v: &Value) -> bool {
@@ -160,7 +184,16 @@ fn json_error(e: &serde_json::Error) -> String {
 }
 
 /// Read every line of `input`, calling `each` with each event in order.
-pub fn read(mut input: impl BufRead, mut each: impl FnMut(&TraceEvent)) -> std::io::Result<Tally> {
+pub fn read(input: impl BufRead, each: impl FnMut(&TraceEvent)) -> std::io::Result<Tally> {
+    read_with_stacks(input, each, |_, _| {})
+}
+
+/// [`read`], and `stack` with each stack line's id and frames as text ([`stack_frames`]).
+pub fn read_with_stacks(
+    mut input: impl BufRead,
+    mut each: impl FnMut(&TraceEvent),
+    mut stack: impl FnMut(u32, Vec<String>),
+) -> std::io::Result<Tally> {
     let mut tally = Tally::default();
     let mut buf = Vec::new();
     let mut number = 0u64;
@@ -175,8 +208,11 @@ pub fn read(mut input: impl BufRead, mut each: impl FnMut(&TraceEvent)) -> std::
         }
         tally.lines += 1;
         let parsed = serde_json::from_slice::<Value>(&buf).map_err(|e| json_error(&e));
-        if parsed.as_ref().is_ok_and(is_stack_line) {
+        if let Some(v) = parsed.as_ref().ok().filter(|v| is_stack_line(v)) {
             tally.stacks += 1;
+            if let Some(id) = v["stack"].as_u64().and_then(|id| u32::try_from(id).ok()) {
+                stack(id, stack_frames(v));
+            }
             continue;
         }
         match parsed.and_then(|v| event(&v).map(|ev| each(&ev))) {

@@ -107,6 +107,21 @@ fn lane(l: &Lane) -> String {
             }
         }
     }
+    o.push_str("],\"sites\":[");
+    for (i, site) in l.sites.iter().enumerate() {
+        if i > 0 {
+            o.push(',');
+        }
+        let frames: Vec<String> = site.frames.iter().map(|f| string(f)).collect();
+        let _ = write!(
+            o,
+            "{{\"frames\":[{}],\"end\":{},\"count\":{},\"peak\":{}}}",
+            frames.join(","),
+            site.end_bytes,
+            site.end_count,
+            site.peak_bytes
+        );
+    }
     o.push_str("]}");
     o
 }

@@ -24,6 +24,8 @@ struct Point {
     address: usize,
     series: usize,
     live: u64,
+    /// The allocation's call stack id (0: none recorded).
+    stack: u32,
 }
 
 /// Live bytes of one series in each bucket.
@@ -75,6 +77,23 @@ pub struct Lane {
     pub buckets: Vec<Vec<ApiBucket>>,
     pub largest: Vec<Option<Largest>>,
     pub summary: String,
+    /// The call sites holding the most memory at the end and at the lane's peak (traces made
+    /// with `cuhook run --stacks`; empty otherwise).
+    pub sites: Vec<Site>,
+}
+
+/// Sites shown per lane.
+pub const SITES_SHOWN: usize = 15;
+
+/// One call site: its frames (as the trace's stack lines name them), and the bytes and
+/// allocations of it that were live at the end of the trace and at the moment the lane's total
+/// live bytes peaked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Site {
+    pub frames: Vec<String>,
+    pub end_bytes: u64,
+    pub end_count: u64,
+    pub peak_bytes: u64,
 }
 
 /// What the x axis counts.
@@ -112,6 +131,8 @@ struct Parsed {
     tally: Tally,
     summary: String,
     timed: bool,
+    /// Stack id → frames, from the trace's stack lines.
+    stacks: HashMap<u32, Vec<String>>,
 }
 
 fn parse(
@@ -125,40 +146,48 @@ fn parse(
     let mut points = Vec::new();
     let mut timed = true;
     let mut last_t = 0;
-    let tally = reader::read(input, |ev| {
-        let (key, live) = replay.apply(ev);
-        let s = match series.iter().position(|k| *k == key) {
-            Some(i) => i,
-            None => {
-                series.push(key);
-                series.len() - 1
-            }
-        };
-        let api = *api_index.entry(ev.api.to_owned()).or_insert_with(|| {
-            apis.push(ev.api.to_owned());
-            apis.len() - 1
-        });
-        // Threads stamp their lines just before writing them: keep x from going backwards.
-        let x = match ev.time_ns {
-            Some(t) => {
-                last_t = last_t.max(t);
-                last_t
-            }
-            None => {
-                timed = false;
-                points.len() as u64
-            }
-        };
-        points.push(Point {
-            x,
-            kind: ev.kind,
-            api,
-            size: ev.size,
-            address: ev.address,
-            series: s,
-            live,
-        });
-    })?;
+    let mut stacks = HashMap::new();
+    let tally = reader::read_with_stacks(
+        input,
+        |ev| {
+            let (key, live) = replay.apply(ev);
+            let s = match series.iter().position(|k| *k == key) {
+                Some(i) => i,
+                None => {
+                    series.push(key);
+                    series.len() - 1
+                }
+            };
+            let api = *api_index.entry(ev.api.to_owned()).or_insert_with(|| {
+                apis.push(ev.api.to_owned());
+                apis.len() - 1
+            });
+            // Threads stamp their lines just before writing them: keep x from going backwards.
+            let x = match ev.time_ns {
+                Some(t) => {
+                    last_t = last_t.max(t);
+                    last_t
+                }
+                None => {
+                    timed = false;
+                    points.len() as u64
+                }
+            };
+            points.push(Point {
+                x,
+                kind: ev.kind,
+                api,
+                size: ev.size,
+                address: ev.address,
+                series: s,
+                live,
+                stack: ev.stack,
+            });
+        },
+        |id, frames| {
+            stacks.insert(id, frames);
+        },
+    )?;
     let mut summary = String::new();
     replay.summary().write(&mut summary);
     Ok(Parsed {
@@ -168,7 +197,99 @@ fn parse(
         tally,
         summary,
         timed,
+        stacks,
     })
+}
+
+/// The lane's call sites ([`Site`]), largest at the end first (then at the peak). Two passes:
+/// the first finds when the total of live bytes peaked, the second adds up each stack's live
+/// bytes to that moment and to the end; stacks whose frames read the same are one site.
+fn call_sites(p: &Parsed) -> Vec<Site> {
+    if p.stacks.is_empty() {
+        return Vec::new();
+    }
+    // Live allocations by address: (size, stack).
+    let mut open: HashMap<usize, (u64, u32)> = HashMap::new();
+    let (mut total, mut peak, mut peak_at) = (0u64, 0u64, 0usize);
+    for (i, pt) in p.points.iter().enumerate() {
+        match pt.kind {
+            EventKind::Alloc => {
+                if let Some((old, _)) = open.insert(pt.address, (pt.size, pt.stack)) {
+                    total -= old;
+                }
+                total += pt.size;
+            }
+            EventKind::Free => {
+                if let Some((old, _)) = open.remove(&pt.address) {
+                    total -= old;
+                }
+            }
+        }
+        if total > peak {
+            (peak, peak_at) = (total, i);
+        }
+    }
+    open.clear();
+    let mut peak_by_stack: HashMap<u32, u64> = HashMap::new();
+    for (i, pt) in p.points.iter().enumerate() {
+        match pt.kind {
+            EventKind::Alloc => {
+                open.insert(pt.address, (pt.size, pt.stack));
+            }
+            EventKind::Free => {
+                open.remove(&pt.address);
+            }
+        }
+        if i == peak_at {
+            for &(size, stack) in open.values() {
+                *peak_by_stack.entry(stack).or_default() += size;
+            }
+        }
+    }
+    let mut sites: Vec<Site> = Vec::new();
+    let mut add = |stack: u32, end: (u64, u64), peak: u64| {
+        let frames = match p.stacks.get(&stack) {
+            Some(f) => f.clone(),
+            None if stack == 1 => vec!["(other: the stack table was full)".to_owned()],
+            None => vec!["(no stack recorded)".to_owned()],
+        };
+        let site = match sites.iter_mut().find(|s| s.frames == frames) {
+            Some(s) => s,
+            None => {
+                sites.push(Site {
+                    frames,
+                    ..Site::default()
+                });
+                sites.last_mut().expect("just pushed")
+            }
+        };
+        site.end_bytes += end.0;
+        site.end_count += end.1;
+        site.peak_bytes += peak;
+    };
+    let mut end_by_stack: HashMap<u32, (u64, u64)> = HashMap::new();
+    for &(size, stack) in open.values() {
+        let e = end_by_stack.entry(stack).or_default();
+        e.0 += size;
+        e.1 += 1;
+    }
+    let mut stacks: Vec<u32> = end_by_stack
+        .keys()
+        .chain(peak_by_stack.keys())
+        .copied()
+        .collect();
+    stacks.sort_unstable();
+    stacks.dedup();
+    for stack in stacks {
+        add(
+            stack,
+            end_by_stack.get(&stack).copied().unwrap_or_default(),
+            peak_by_stack.get(&stack).copied().unwrap_or_default(),
+        );
+    }
+    sites.sort_by(|a, b| (b.end_bytes, b.peak_bytes).cmp(&(a.end_bytes, a.peak_bytes)));
+    sites.truncate(SITES_SHOWN);
+    sites
 }
 
 fn bucket_of(x: u64, t0: u64, span: u64) -> usize {
@@ -278,6 +399,7 @@ fn lane(p: &Parsed, axis: Axis, t0: u64, span: u64) -> Lane {
         buckets,
         largest,
         summary: p.summary.clone(),
+        sites: call_sites(p),
     }
 }
 
@@ -342,6 +464,48 @@ mod tests {
 
     fn line(kind: &str, api: &str, addr: u64, size: u64, dev: i32, t: u64) -> String {
         format!("{{\"event\":\"{kind}\",\"api\":\"{api}\",\"address\":\"{addr:#x}\",\"size\":{size},\"mem_type\":\"cuda\",\"device\":{dev},\"flags\":0,\"stream\":\"0x0\",\"pool\":\"0x0\",\"tid\":1,\"time_ns\":{t}}}\n")
+    }
+
+    /// `line` with a stack id.
+    fn with_stack(line: String, stack: u32) -> String {
+        line.replace("}\n", &format!(",\"stack\":{stack}}}\n"))
+    }
+
+    fn stack_line(id: u32, symbol: &str) -> String {
+        format!("{{\"stack\":{id},\"frames\":[{{\"module\":\"/bin/app\",\"offset\":\"0x10\",\"build_id\":\"\",\"symbol\":\"{symbol}\"}},{{\"module\":\"/lib/libc.so.6\",\"offset\":\"0x2724a\",\"build_id\":\"ab\",\"symbol\":\"\"}}]}}\n")
+    }
+
+    /// Call sites: live bytes per site at the end and at the peak of the lane's total, stacks
+    /// that read the same merged, frames from the stack lines (symbol, else module+offset).
+    #[test]
+    fn call_sites_at_the_end_and_at_the_peak() {
+        let mut text = String::new();
+        // Site A: 100 bytes freed after the peak; site B (ids 3 and 4: the same frames): 50 +
+        // 20 live to the end; site C: 5 live at the end, allocated after the peak.
+        text += &with_stack(line("alloc", "cuMemAlloc_v2", 0x1000, 100, 0, 10), 2);
+        text += &with_stack(line("alloc", "cuMemAlloc_v2", 0x2000, 50, 0, 20), 3);
+        text += &with_stack(line("alloc", "cuMemAlloc_v2", 0x3000, 20, 0, 30), 4);
+        text += &line("free", "cuMemFree_v2", 0x1000, 100, 0, 40);
+        text += &with_stack(line("alloc", "cuMemAlloc_v2", 0x4000, 5, 0, 50), 5);
+        text += &stack_line(2, "site_a (a.c:1)");
+        text += &stack_line(3, "site_b (b.c:2)");
+        text += &stack_line(4, "site_b (b.c:2)");
+        text += &stack_line(5, "site_c (c.c:3)");
+        let model = build(vec![("t.jsonl".to_owned(), text.as_bytes())]).unwrap();
+        assert_eq!(model.tallies[0].1.unreadable, 0);
+        assert_eq!(model.tallies[0].1.stacks, 4);
+        let sites = &model.views[0].lanes[0].sites;
+        let row = |name: &str| {
+            sites
+                .iter()
+                .find(|s| s.frames[0].starts_with(name))
+                .map(|s| (s.end_bytes, s.end_count, s.peak_bytes))
+        };
+        assert_eq!(row("site_b"), Some((70, 2, 70)));
+        assert_eq!(row("site_a"), Some((0, 0, 100)));
+        assert_eq!(row("site_c"), Some((5, 1, 0)));
+        assert_eq!(sites[0].frames, ["site_b (b.c:2)", "libc.so.6+0x2724a"]);
+        assert_eq!(sites.len(), 3);
     }
 
     #[test]

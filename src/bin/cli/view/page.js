@@ -375,6 +375,30 @@
       pre.textContent = lane.summary.replace(/^\n/, "");
       sum.append(label, pre);
       box.appendChild(sum);
+      if (lane.sites && lane.sites.length) {
+        // Call sites (`cuhook run --stacks`): hover a row for its whole stack.
+        const sites = document.createElement("details");
+        sites.open = data.lanes.length <= 2;
+        const caption = document.createElement("summary");
+        caption.textContent = "Top call sites: live at the end, and at the peak";
+        const table = document.createElement("table");
+        table.className = "sites";
+        const head = table.insertRow();
+        for (const h of ["live at end", "allocations", "at the peak", "call site (hover: stack)"]) {
+          const th = document.createElement("th");
+          th.textContent = h;
+          head.appendChild(th);
+        }
+        for (const s of lane.sites) {
+          const row = table.insertRow();
+          row.title = s.frames.join("\n");
+          for (const text of [bytes(s.end), String(s.count), bytes(s.peak), s.frames[0] || "?"]) {
+            row.insertCell().textContent = text;
+          }
+        }
+        sites.append(caption, table);
+        box.appendChild(sites);
+      }
       const pinned = Number.parseInt(fragment().bucket, 10);
       if (pinned >= 0 && pinned < B) {
         const pre = document.createElement("pre");
