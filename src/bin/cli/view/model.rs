@@ -287,7 +287,7 @@ fn call_sites(p: &Parsed) -> Vec<Site> {
             peak_by_stack.get(&stack).copied().unwrap_or_default(),
         );
     }
-    sites.sort_by(|a, b| (b.end_bytes, b.peak_bytes).cmp(&(a.end_bytes, a.peak_bytes)));
+    sites.sort_by_key(|s| std::cmp::Reverse((s.end_bytes, s.peak_bytes)));
     sites.truncate(SITES_SHOWN);
     sites
 }
