@@ -629,6 +629,15 @@ class Subscription:
         self._thread.join()
         self._free()
 
+    def _restart_in_child(self) -> None:
+        """In a forked child: the delivery thread is the parent's and does not exist here; the
+        queue does (the hooks of the child fill it). A thread of the child's own takes over."""
+        self._done = threading.Condition()
+        if self._queue is None or self._closing:
+            return
+        self._thread = threading.Thread(target=self._run, name="cuhook-events", daemon=True)
+        self._thread.start()
+
     def _free(self) -> None:
         queue, self._queue = self._queue, None
         with _subscriptions_lock:
@@ -667,6 +676,17 @@ def subscribe(
     callback raises is logged once (logger ``"cuhook"``), counted, and delivery goes on.
     """
     return Subscription(callback, events, capacity)
+
+
+def _after_fork_in_child() -> None:
+    # Another thread of the parent may have held the lock when it forked.
+    global _subscriptions_lock
+    _subscriptions_lock = threading.Lock()
+    for s in list(_subscriptions):
+        s._restart_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @atexit.register

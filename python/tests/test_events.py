@@ -220,3 +220,30 @@ def test_a_trace_that_cannot_be_opened_is_an_error(tmp_path):
     with pytest.raises(cuhook.CuhookError):        # never through a symbolic link
         cuhook.trace(tmp_path / "link")
     assert not (tmp_path / "target").exists()
+
+
+def test_a_forked_child_gets_its_own_events(installed):
+    """A process that forks with a subscription open: the child's allocations reach the
+    callback in the child (its own delivery thread; the parent's does not exist there), and the
+    parent's subscription goes on."""
+    got = []
+    with cuhook.subscribe(got.append) as sub:
+        installed.free(installed.malloc(MiB))
+        assert sub.flush(10)
+        assert len(got) == 2
+        pid = os.fork()
+        if pid == 0:
+            ok = False
+            try:
+                p = installed.malloc(3 * MiB)
+                installed.free(p)
+                ok = sub.flush(10) and [(e.kind, e.address, e.size) for e in got[2:]] == [
+                    (EventKind.ALLOC, p, 3 * MiB), (EventKind.FREE, p, 3 * MiB)]
+                sub.close()
+            finally:
+                os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        installed.free(installed.malloc(MiB))
+        assert sub.flush(10)
+        assert len(got) == 4

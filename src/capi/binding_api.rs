@@ -343,8 +343,10 @@ struct Ring {
     sleeping: AtomicU32,
     /// `cuhook_queue_interrupt` was called and no pop has returned for it yet.
     interrupted: AtomicBool,
-    /// One consumer at a time.
-    consuming: AtomicBool,
+    /// One consumer at a time: the process whose thread is popping (0: none). A forked child finds its parent's here
+    /// when the parent's consumer was waiting at the fork: that thread does not exist in the
+    /// child, so the child's consumer takes over.
+    consuming: AtomicU32,
     queued: AtomicU64,
     dropped: AtomicU64,
     popped: AtomicU64,
@@ -376,7 +378,7 @@ impl Ring {
             signal: AtomicU32::new(0),
             sleeping: AtomicU32::new(0),
             interrupted: AtomicBool::new(false),
-            consuming: AtomicBool::new(false),
+            consuming: AtomicU32::new(0),
             queued: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             popped: AtomicU64::new(0),
@@ -484,15 +486,21 @@ impl Ring {
         self.wake();
     }
 
-    /// Become the consumer: false when another thread is popping.
+    /// Become the consumer: false when another thread of this process is popping.
     fn enter(&self) -> bool {
+        let me = std::process::id();
+        let now = self.consuming.load(Ordering::Relaxed);
+        if now == me {
+            return false;
+        }
+        // Free, or held by the parent's consumer (this is a forked child): take it.
         self.consuming
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(now, me, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
     }
 
     fn leave(&self) {
-        self.consuming.store(false, Ordering::Release);
+        self.consuming.store(0, Ordering::Release);
     }
 }
 
