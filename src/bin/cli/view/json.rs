@@ -6,25 +6,19 @@ use std::fmt::Write;
 
 use super::model::{Axis, Lane, Model, View};
 
-/// `s` as a JSON string literal, safe inside an HTML `<script>` element.
+/// `s` as a JSON string literal, safe inside an HTML `<script>` element: serde_json's literal,
+/// with the characters that could end the element or a line of script escaped too.
 pub fn string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
+    let literal = serde_json::to_string(s).unwrap_or_else(|_| "\"?\"".to_owned());
+    let mut out = String::with_capacity(literal.len());
+    for c in literal.chars() {
         match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '<' | '>' | '&' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c if (c as u32) < 0x20 || c == '\u{2028}' || c == '\u{2029}' => {
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
                 let _ = write!(out, "\\u{:04x}", c as u32);
             }
             c => out.push(c),
         }
     }
-    out.push('"');
     out
 }
 
