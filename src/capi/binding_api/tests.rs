@@ -15,8 +15,7 @@ fn event(address: usize) -> CQueuedEvent {
 }
 
 fn take(ring: &Ring, n: usize, timeout_ms: c_int) -> Vec<usize> {
-    let mut out: Vec<MaybeUninit<CQueuedEvent>> =
-        (0..n).map(|_| MaybeUninit::uninit()).collect();
+    let mut out: Vec<MaybeUninit<CQueuedEvent>> = (0..n).map(|_| MaybeUninit::uninit()).collect();
     let got = ring.pop(&mut out, timeout_ms);
     out[..got]
         .iter()

@@ -1,26 +1,22 @@
-//! Per-object index: symbol name → every GOT slot that relocates to it.
+//! Per-object index: symbol name → every GOT slot that relocates to it. The index's types and
+//! lookups are here; reading an object's tables into a room is `tables.rs`.
 
 use std::fmt;
 use std::sync::Arc;
+
+mod tables;
 
 use goblin::elf::reloc::{
     R_AARCH64_ABS64, R_AARCH64_GLOB_DAT, R_AARCH64_JUMP_SLOT, R_X86_64_64, R_X86_64_GLOB_DAT,
     R_X86_64_JUMP_SLOT,
 };
-use goblin::elf::section_header::SHN_UNDEF;
-use goblin::elf64::reloc::{r_sym, r_type, Rela};
-use goblin::elf64::sym::Sym;
 
-use super::dynamic::{BadTables, DynamicTables, RelocTable};
-use super::image::Image;
-use super::records::Rel;
-use super::room::{extend, push, Full};
+use super::dynamic::BadTables;
+use super::room::Full;
 use super::snapshot::LoadedObject;
-use super::symbols::wanted_indexes;
-use super::versions::VersionNames;
-use super::wanted::{gnu_hash, KeySet, WantedNames};
+use super::wanted::WantedNames;
 use crate::Result;
-use goblin::elf::program_header::PF_X;
+use tables::index_tables;
 
 /// Which kind of relocation fills a slot. Only these three ever name a function we can hook.
 #[repr(i32)]
@@ -110,9 +106,6 @@ impl fmt::Debug for ObjectIndex {
             .finish()
     }
 }
-
-/// Longest symbol or version name we accept.
-const MAX_SYMBOL: usize = 4096;
 
 /// Storage object indexes are built in. One room serves many objects in turn: each object's
 /// entries and names are appended (its [`Indexed`] part says where), and
@@ -414,267 +407,8 @@ impl std::ops::BitOr for NameFilter {
     }
 }
 
-/// The work of [`ObjectIndex::index_into`]: append the object's entries to the room and return
-/// its part (ranges filled in by the caller); may leave a partial part behind on error.
-fn index_tables(
-    object: &LoadedObject,
-    wanted: Option<&WantedNames>,
-    room: &mut IndexRoom,
-) -> std::result::Result<Indexed, IndexFailure> {
-    let mut part = Indexed {
-        has_constructors: false,
-        resolver_word: None,
-        defines: NameFilter::EMPTY,
-        text_references: 0,
-        entries: 0..0,
-        arena: 0..0,
-    };
-    let IndexRoom {
-        entries,
-        arena,
-        versions,
-        indexes,
-        fixed,
-    } = room;
-    let fixed = *fixed;
-    let finish = |part: Indexed, entries: &Vec<NamedSlot>, arena: &Vec<u8>| Indexed {
-        entries: 0..entries.len(),
-        arena: 0..arena.len(),
-        ..part
-    };
-    let img = Image::new(object);
-    let Some(tables) = DynamicTables::read_in(&img).map_err(IndexFailure::Bad)? else {
-        return Ok(finish(part, entries, arena));
-    };
-    part.has_constructors = tables.has_constructors;
-    part.resolver_word = tables
-        .pltgot
-        .and_then(|got| got.checked_add(2 * std::mem::size_of::<usize>()))
-        .filter(|&w| {
-            // The loader writes this word only in a writable GOT: a DT_PLTGOT that points into
-            // a segment declared otherwise (never dereferenced by glibc unless it binds lazily)
-            // is not read, and the object counts as bound lazily.
-            w.is_multiple_of(std::mem::align_of::<usize>())
-                && object.segment_holds(w, std::mem::size_of::<usize>(), libc::PF_R | libc::PF_W)
-                // Confirmed readable now, so patches can read it without asking again (it
-                // shares `.dynamic`'s page, which was just confirmed, in the usual layout); an
-                // object that hid it counts as bound lazily.
-                && img.read::<usize>(w).is_some()
-        });
-    if tables.symtab == 0 {
-        return Ok(finish(part, entries, arena));
-    }
-    let by_index = match wanted {
-        Some(names) => wanted_indexes(&img, &tables, names, indexes, fixed)?,
-        None => false,
-    };
-    let indexes: Option<&[(u32, u32)]> = by_index.then_some(&indexes[..]);
-    // The wanted name of a symbol index, when the hash table gave the indexes.
-    let name_at = |ix: &[(u32, u32)], sym_index: usize| -> Option<(&[u8], u32)> {
-        let k = ix.binary_search_by_key(&(sym_index as u32), |e| e.0).ok()?;
-        wanted?.at(ix[k].1 as usize)
-    };
-    // Which wanted names the object defines, by GNU hash (read only for defined symbols:
-    // an object defines few of the names it is searched for, and imports are undefined).
-    part.defines = match indexes {
-        Some(ix) => ix.iter().fold(NameFilter::EMPTY, |bits, &(i, _)| {
-            let Some(sym) = tables.sym_addr(i as usize).and_then(|a| img.read::<Sym>(a)) else {
-                return NameFilter::ALL; // unreadable now: it may be a definition
-            };
-            if sym.st_shndx as u32 == SHN_UNDEF {
-                return bits;
-            }
-            bits | match name_at(ix, i as usize) {
-                Some((_, hash)) => NameFilter::of(hash),
-                None => NameFilter::ALL,
-            }
-        }),
-        None => NameFilter::ALL,
-    };
-    if indexes.is_some_and(|i| i.is_empty()) {
-        return Ok(finish(part, entries, arena));
-    }
-    let by_name = |name: &[u8]| match wanted {
-        None => true,
-        Some(names) => names.contains(name),
-    };
-    let versions = VersionNames::read(&img, &tables, versions, fixed)?;
-    // The wanted symbol indexes as a 4,096-bit filter: most relocations of a big library name
-    // other symbols, and are passed over with one bit test instead of a search.
-    let mut filter = KeySet::new();
-    for &(i, _) in indexes.unwrap_or(&[]) {
-        filter.insert(i as usize);
-    }
-    // Relocations naming no symbol, or none wanted, are passed over without a call.
-    let wanted = |info: u64| {
-        let sym_index = r_sym(info) as usize;
-        sym_index != 0
-            && indexes.is_none_or(|ix| {
-                filter.may_hold(sym_index)
-                    && ix
-                        .binary_search_by_key(&(sym_index as u32), |e| e.0)
-                        .is_ok()
-            })
-    };
-    for table in tables.relocs.iter() {
-        each_relocation(
-            &img,
-            table,
-            &wanted,
-            |offset, info, addend| -> std::result::Result<(), Full> {
-                let sym_index = r_sym(info) as usize;
-                let address = object.base.wrapping_add(offset as usize);
-                // A relocation the loader wrote into code, of any type: counted, never a slot.
-                let in_code = tables.text_relocations && in_code(object, address);
-                let kind = RelocKind::from_type(r_type(info));
-                if kind.is_none() && !in_code {
-                    return Ok(());
-                }
-                let slot_kind = match kind {
-                    Some(RelocKind::Abs64) if !table.rela || addend != 0 => None,
-                    k => k,
-                };
-                if !in_code
-                    && (slot_kind.is_none()
-                        || !address.is_multiple_of(std::mem::align_of::<usize>())
-                        || !object.contains_range(address, 8))
-                {
-                    return Ok(());
-                }
-                let Some(sym) = tables.sym_addr(sym_index).and_then(|a| img.read::<Sym>(a)) else {
-                    return Ok(());
-                };
-                // Found through the hash table: the name (and its hash) is the wanted one it
-                // matched (read and compared then); otherwise read it and ask.
-                let named = match indexes {
-                    Some(ix) => name_at(ix, sym_index),
-                    None => tables
-                        .string(&img, sym.st_name as usize)
-                        .filter(|n| by_name(n))
-                        .map(|n| (n, gnu_hash(n))),
-                };
-                let Some((name, hash)) = named.filter(|(n, _)| !n.is_empty()) else {
-                    return Ok(());
-                };
-                let (false, Some(kind)) = (in_code, slot_kind) else {
-                    part.text_references += 1;
-                    return Ok(());
-                };
-                let defined_here = sym.st_shndx as u32 != SHN_UNDEF;
-                let canonical_plt = (!defined_here && sym.st_value != 0)
-                    .then(|| object.base.wrapping_add(sym.st_value as usize));
-                let version = tables
-                    .versym_addr(sym_index)
-                    .and_then(|a| img.read::<u16>(a))
-                    .and_then(|v| versions.name_of(&img, &tables, v & 0x7fff));
-                let name = intern(arena, name, fixed)?;
-                let version = match version {
-                    Some(v) => Some(intern(arena, v, fixed)?),
-                    None => None,
-                };
-                push(
-                    entries,
-                    NamedSlot {
-                        name,
-                        version,
-                        hash,
-                        slot: Slot {
-                            address,
-                            kind,
-                            canonical_plt,
-                        },
-                    },
-                    fixed,
-                )?;
-                Ok(())
-            },
-        )?;
-    }
-    Ok(finish(part, entries, arena))
-}
-
-/// Copy `s` into the arena; its (offset, length) there.
-fn intern(arena: &mut Vec<u8>, s: &[u8], fixed: bool) -> std::result::Result<(u32, u32), Full> {
-    let off = arena.len() as u32;
-    extend(arena, s, fixed)?;
-    Ok((off, s.len() as u32))
-}
-
 fn name_of(arena: &[u8], (off, len): (u32, u32)) -> &[u8] {
     &arena[off as usize..(off + len) as usize]
-}
-
-impl DynamicTables {
-    pub(crate) fn string<'a>(&self, img: &Image<'a>, offset: usize) -> Option<&'a [u8]> {
-        if offset >= self.strsz && self.strsz != 0 {
-            return None;
-        }
-        let max = if self.strsz == 0 {
-            MAX_SYMBOL
-        } else {
-            (self.strsz - offset).min(MAX_SYMBOL)
-        };
-        img.c_str(self.strtab + offset, max)
-    }
-}
-
-/// Call `f(r_offset, r_info, addend)` for every entry of a table after its leading relative
-/// ones whose `r_info` passes `keep`, in order, until `f` fails; REL entries report addend 0.
-/// A table of standard entries lying in one readable segment is checked once and walked as an
-/// array in a plain loop (big libraries have hundreds of thousands of entries, nearly all
-/// rejected by `keep`, which is meant to be small enough to inline); anything else is read
-/// entry by entry, each read checked, up to the first unreadable one.
-fn each_relocation<E>(
-    img: &Image<'_>,
-    t: &RelocTable,
-    keep: &impl Fn(u64) -> bool,
-    mut f: impl FnMut(u64, u64, i64) -> std::result::Result<(), E>,
-) -> std::result::Result<(), E> {
-    let n = t.size / t.entsize;
-    let from = t.relative.min(n);
-    let at = t.addr.wrapping_add(from.wrapping_mul(t.entsize));
-    if t.rela && t.entsize == std::mem::size_of::<Rela>() {
-        if let Some(all) = img.array::<Rela>(at, n - from) {
-            for r in all.iter().filter(|r| keep(r.r_info)) {
-                f(r.r_offset, r.r_info, r.r_addend)?;
-            }
-            return Ok(());
-        }
-    } else if !t.rela && t.entsize == std::mem::size_of::<Rel>() {
-        if let Some(all) = img.array::<Rel>(at, n - from) {
-            for r in all.iter().filter(|r| keep(r.r_info)) {
-                f(r.r_offset, r.r_info, 0)?;
-            }
-            return Ok(());
-        }
-    }
-    for i in from..n {
-        let Some((offset, info, addend)) = entry(img, t, i) else {
-            break;
-        };
-        if keep(info) {
-            f(offset, info, addend)?;
-        }
-    }
-    Ok(())
-}
-
-/// Entry `i` of a table, read alone (checked).
-fn entry(img: &Image<'_>, t: &RelocTable, i: usize) -> Option<(u64, u64, i64)> {
-    let at = t.addr.checked_add(i.checked_mul(t.entsize)?)?;
-    if t.rela {
-        img.read::<Rela>(at)
-            .map(|r| (r.r_offset, r.r_info, r.r_addend))
-    } else {
-        img.read::<Rel>(at).map(|r| (r.r_offset, r.r_info, 0))
-    }
-}
-
-/// Whether `address` lies in one of the object's executable segments.
-fn in_code(object: &LoadedObject, address: usize) -> bool {
-    object
-        .segments()
-        .any(|(start, end, flags)| flags & PF_X != 0 && (start..end).contains(&address))
 }
 
 #[cfg(test)]

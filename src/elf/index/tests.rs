@@ -1,8 +1,12 @@
 //! The index against this test program's own relocations and the libraries it loaded: fixed
 //! and growable rooms, name filters, array and entry-by-entry reads, hash-table lookups.
 
+use super::tables::{each_relocation, entry};
 use super::*;
+use crate::elf::dynamic::DynamicTables;
+use crate::elf::image::Image;
 use crate::elf::snapshot;
+use crate::elf::wanted::gnu_hash;
 
 #[test]
 fn indexes_only_wanted_symbols_of_the_test_program() {

@@ -34,8 +34,7 @@ fn kernel_query_agrees_with_the_maps_text() {
     } as usize;
     assert_ne!(anon as *mut libc::c_void, libc::MAP_FAILED);
     // SAFETY: the middle page of our own mapping.
-    let rc =
-        unsafe { libc::mprotect((anon + page) as *mut libc::c_void, page, libc::PROT_READ) };
+    let rc = unsafe { libc::mprotect((anon + page) as *mut libc::c_void, page, libc::PROT_READ) };
     assert_eq!(rc, 0);
     let probes = [
         kernel_query_agrees_with_the_maps_text as *const () as usize,

@@ -27,9 +27,7 @@ fn libc_defines_getpid_and_not_a_made_up_name() {
 }
 
 /// Visit every object of this process that has a usable GNU hash table.
-fn each_gnu_table(
-    mut visit: impl FnMut(&LoadedObject, &DynamicTables, &Image<'_>, &GnuTable<'_>),
-) {
+fn each_gnu_table(mut visit: impl FnMut(&LoadedObject, &DynamicTables, &Image<'_>, &GnuTable<'_>)) {
     for obj in snapshot().objects {
         let Ok(Some(t)) = DynamicTables::read(&obj) else {
             continue;
