@@ -1,4 +1,6 @@
-//! glibc's dynamic loader: handles, link maps, lookups, the list of loaded objects.
+//! glibc's dynamic loader: handles, link maps, lookups, the list of loaded objects. Handles
+//! and link maps are here; `find.rs`: which object holds an address, which address a name has;
+//! `walk.rs`: the walk of the loader's list.
 //!
 //! # Safety
 //! Handles come from `dlopen` (closed exactly once by their owner) or are `RTLD_DEFAULT`; a
@@ -10,14 +12,20 @@
 //! the crate is linked into its host), so they always reach the real loader.
 #![allow(unsafe_code)]
 
+mod find;
+mod walk;
+
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::mem::{offset_of, size_of};
-use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use libc::{dl_phdr_info, Elf64_Phdr};
+use libc::Elf64_Phdr;
 
-use super::func::TypedFn;
+pub(crate) use find::{
+    can_find_objects, clear_error, file_containing, found_object_if_resolved, in_main_program,
+    link_map_containing, lookup, lookup_global, object_at, open_containing, FoundObject,
+};
+pub(crate) use walk::{iterate, vdso_and_interpreter, Listed};
 
 /// The public head of glibc's `struct link_map`.
 #[repr(C)]
@@ -250,283 +258,6 @@ pub(crate) unsafe fn search_path(handle: Handle) -> Vec<CString> {
             })
             .collect()
     }
-}
-
-const RTLD_DL_LINKMAP: c_int = 2;
-
-/// The link map of the object whose loaded segments contain `address`, as glibc attributes
-/// addresses to objects (`dladdr1`).
-pub(crate) fn link_map_containing(address: usize) -> Option<*mut LinkMap> {
-    // SAFETY: Dl_info is plain data (pointers); all-zero is a valid value.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    let mut map: *mut LinkMap = std::ptr::null_mut();
-    // SAFETY: dladdr1 writes a Dl_info and, with RTLD_DL_LINKMAP, a `struct link_map *`.
-    let ok = unsafe {
-        libc::dladdr1(
-            address as *const c_void,
-            &mut info,
-            (&mut map as *mut *mut LinkMap).cast(),
-            RTLD_DL_LINKMAP,
-        )
-    };
-    (ok != 0 && !map.is_null()).then_some(map)
-}
-
-/// Whether `address` lies in the main program (which is never unloaded, and which `dlopen`
-/// cannot open by its path).
-pub(crate) fn in_main_program(address: usize) -> bool {
-    link_map_containing(address).is_some_and(|map| {
-        // SAFETY: the loader's live link map; `l_name` is NULL or a NUL-terminated string.
-        let name = unsafe { (*map).l_name };
-        // SAFETY: as above.
-        name.is_null() || unsafe { *name } == 0
-    })
-}
-
-/// A new reference to the loaded object containing `address` (`dladdr`, then `dlopen` of its
-/// path with `RTLD_NOLOAD`): the caller owns it (see [`close`]). Allocates nothing.
-pub(crate) fn open_containing(address: usize) -> Option<Handle> {
-    // SAFETY: Dl_info is plain data (pointers); all-zero is a valid value.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr fills `info` for any address.
-    if unsafe { libc::dladdr(address as *const c_void, &mut info) } == 0 || info.dli_fname.is_null()
-    {
-        return None;
-    }
-    // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
-    open_loaded(Some(unsafe { CStr::from_ptr(info.dli_fname) }))
-}
-
-/// The path of the object containing `address` (`dladdr`'s `dli_fname`), as bytes.
-pub(crate) fn file_containing(address: usize) -> Option<Vec<u8>> {
-    // SAFETY: Dl_info is plain data (pointers); all-zero is a valid value.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr fills `info` for any address.
-    let ok = unsafe { libc::dladdr(address as *const c_void, &mut info) } != 0;
-    if !ok || info.dli_fname.is_null() {
-        return None;
-    }
-    // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
-    Some(
-        unsafe { CStr::from_ptr(info.dli_fname) }
-            .to_bytes()
-            .to_vec(),
-    )
-}
-
-/// `dlsym`/`dlvsym` in `handle`'s scope (`RTLD_DEFAULT`: the global scope); 0 when not found.
-/// Leaves a failure's message pending in `dlerror` (see [`clear_error`]).
-///
-/// # Safety
-/// `handle` is `RTLD_DEFAULT` or live.
-pub(crate) unsafe fn lookup(handle: Handle, symbol: &CStr, version: Option<&CStr>) -> usize {
-    // SAFETY: a valid handle (the caller's promise) and NUL-terminated strings.
-    let p = unsafe {
-        match version {
-            Some(v) => super::real::dlvsym()(handle, symbol.as_ptr(), v.as_ptr()),
-            None => super::real::dlsym()(handle, symbol.as_ptr()),
-        }
-    };
-    p as usize
-}
-
-/// `dlsym(RTLD_DEFAULT, …)` / `dlvsym(RTLD_DEFAULT, …)`: the global scope's definition.
-pub(crate) fn lookup_global(symbol: &CStr, version: Option<&CStr>) -> usize {
-    // SAFETY: RTLD_DEFAULT is always valid.
-    unsafe { lookup(libc::RTLD_DEFAULT, symbol, version) }
-}
-
-/// Discard the thread's pending `dlerror()` message. The one owner of that protocol: lookups
-/// cuhook makes for itself must never show up in the application's next `dlerror()` call.
-pub(crate) fn clear_error() {
-    // SAFETY: dlerror only reads and resets thread-local loader state.
-    unsafe { libc::dlerror() };
-}
-
-/// `struct dl_find_object` (glibc 2.35), with room to spare for fields other ports add.
-#[repr(C)]
-struct DlFindObject {
-    flags: u64,
-    map_start: *mut c_void,
-    map_end: *mut c_void,
-    link_map: *mut c_void,
-    eh_frame: *mut c_void,
-    reserved: [u64; 16],
-}
-
-// `<dlfcn.h>` (glibc 2.35): the fields read come first, in this order.
-const _: () = {
-    assert!(offset_of!(DlFindObject, map_start) == 8 && offset_of!(DlFindObject, map_end) == 16);
-    assert!(offset_of!(DlFindObject, link_map) == 24 && offset_of!(DlFindObject, eh_frame) == 32);
-};
-
-type FindObject = unsafe extern "C" fn(*mut c_void, *mut DlFindObject) -> c_int;
-
-/// glibc's `_dl_find_object` (2.35), looked up once by name; absent: `ABSENT`.
-static FIND_OBJECT: TypedFn<FindObject> = TypedFn::unknown();
-const ABSENT: usize = 1;
-
-fn find_object() -> Option<FindObject> {
-    if FIND_OBJECT.address() == 0 {
-        let p = lookup_global(c"_dl_find_object", None);
-        // SAFETY: glibc's `_dl_find_object`, looked up by its name, has this signature; or the
-        // marker for "absent", which `get` is never asked to call (checked below).
-        unsafe { FIND_OBJECT.set(if p == 0 { ABSENT } else { p }) };
-    }
-    (FIND_OBJECT.address() != ABSENT)
-        .then(|| FIND_OBJECT.get())
-        .flatten()
-}
-
-/// Which loaded, relocated object covers `address`, answered by glibc without a lock or a walk
-/// (async-signal safe): `Some(Some(link_map))`, `Some(None)` when none does, `None` when this
-/// glibc cannot say (before 2.35). glibc registers an object here only once it is relocated.
-pub(crate) fn object_at(address: usize) -> Option<Option<usize>> {
-    let find = find_object()?;
-    // SAFETY: all-zero is a valid `DlFindObject` (integers and null pointers).
-    let mut out: DlFindObject = unsafe { std::mem::zeroed() };
-    // SAFETY: `out` is large enough for the result; any address may be asked about.
-    let rc = unsafe { find(address as *mut c_void, &mut out) };
-    Some((rc == 0).then_some(out.link_map as usize))
-}
-
-/// Whether this glibc can answer [`object_at`].
-pub(crate) fn can_find_objects() -> bool {
-    find_object().is_some()
-}
-
-/// What `_dl_find_object` says about the object covering an address, for an unwinder.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct FoundObject {
-    /// The object's mapped range, `[map_start, map_end)`.
-    pub map_start: usize,
-    pub map_end: usize,
-    /// Its `PT_GNU_EH_FRAME` segment (`.eh_frame_hdr`), relocated; 0 when it has none.
-    pub eh_frame_hdr: usize,
-}
-
-/// [`object_at`] for callers inside hooks and signal handlers: never looks `_dl_find_object`
-/// up (that `dlsym` takes the loader's lock), so it answers `None` until [`can_find_objects`]
-/// has been called once outside the hook path, and on glibc before 2.35. glibc answers without
-/// a lock, an allocation or a walk.
-pub(crate) fn found_object_if_resolved(address: usize) -> Option<FoundObject> {
-    let resolved = FIND_OBJECT.address();
-    if resolved == 0 || resolved == ABSENT {
-        return None;
-    }
-    let find = FIND_OBJECT.get()?;
-    // SAFETY: all-zero is a valid `DlFindObject` (integers and null pointers).
-    let mut out: DlFindObject = unsafe { std::mem::zeroed() };
-    // SAFETY: `out` is large enough for the result; any address may be asked about.
-    let rc = unsafe { find(address as *mut c_void, &mut out) };
-    (rc == 0).then_some(FoundObject {
-        map_start: out.map_start as usize,
-        map_end: out.map_end as usize,
-        eh_frame_hdr: out.eh_frame as usize,
-    })
-}
-
-/// Longest object name read from a `dl_phdr_info`; longer ones are truncated (PATH_MAX).
-const MAX_NAME: usize = 4096;
-
-/// One object as [`iterate`] shows it.
-pub(crate) struct Listed<'a> {
-    pub info: &'a dl_phdr_info,
-    /// The loader's add/remove counters are present (`dlpi_adds`/`dlpi_subs`).
-    pub has_counters: bool,
-}
-
-impl Listed<'_> {
-    /// The object's name as the loader recorded it ("" for the main program), bounded.
-    pub(crate) fn name(&self) -> &[u8] {
-        let name = self.info.dlpi_name;
-        if name.is_null() {
-            return &[];
-        }
-        // SAFETY: a NUL-terminated string of the loader's; `strnlen` stops at the NUL or after
-        // MAX_NAME bytes (its wide reads never cross a page the string does not reach).
-        let len = unsafe { libc::strnlen(name, MAX_NAME) };
-        // SAFETY: the first `len` bytes precede the NUL (or the bound).
-        unsafe { std::slice::from_raw_parts(name.cast::<u8>(), len) }
-    }
-
-    /// Its program headers.
-    pub(crate) fn program_headers(&self) -> &[Elf64_Phdr] {
-        let n = self.info.dlpi_phnum as usize;
-        if n == 0 || self.info.dlpi_phdr.is_null() {
-            return &[];
-        }
-        // SAFETY: the loader's program headers array has `dlpi_phnum` entries.
-        unsafe { std::slice::from_raw_parts(self.info.dlpi_phdr, n) }
-    }
-}
-
-/// Walk the loader's list of objects (`dl_iterate_phdr`), in load order, under the loader's
-/// list lock: `visit` must not allocate, lock or call the loader. It returns `Break` to stop.
-/// A panic in `visit` stops the walk and is reported as `Err` (it never unwinds into glibc).
-pub(crate) fn iterate<F>(visit: &mut F) -> Result<(), ()>
-where
-    F: FnMut(&Listed<'_>) -> ControlFlow<()>,
-{
-    struct State<'f, F> {
-        visit: &'f mut F,
-        panicked: bool,
-    }
-    unsafe extern "C" fn step<F>(info: *mut dl_phdr_info, size: usize, data: *mut c_void) -> c_int
-    where
-        F: FnMut(&Listed<'_>) -> ControlFlow<()>,
-    {
-        // SAFETY: dl_iterate_phdr passes a valid info pointer and our `data`, a `&mut State`.
-        let (info, state) = unsafe { (&*info, &mut *data.cast::<State<F>>()) };
-        let listed = Listed {
-            info,
-            has_counters: size >= offset_of!(dl_phdr_info, dlpi_subs) + size_of::<u64>(),
-        };
-        let visit = &mut *state.visit;
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| visit(&listed))) {
-            Ok(ControlFlow::Continue(())) => 0,
-            Ok(ControlFlow::Break(())) => 1,
-            Err(_) => {
-                state.panicked = true;
-                1
-            }
-        }
-    }
-    let mut state = State {
-        visit,
-        panicked: false,
-    };
-    // SAFETY: the callback matches dl_iterate_phdr's contract and `state` outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(step::<F>), (&mut state as *mut State<F>).cast()) };
-    if state.panicked {
-        Err(())
-    } else {
-        Ok(())
-    }
-}
-
-/// `getauxval`, for locating the vDSO and the dynamic loader.
-fn auxv(kind: libc::c_ulong) -> usize {
-    // SAFETY: getauxval has no preconditions.
-    unsafe { libc::getauxval(kind) as usize }
-}
-
-/// The vDSO's and the program interpreter's load addresses (`AT_SYSINFO_EHDR`, `AT_BASE`; 0
-/// when absent), read from the auxiliary vector once: they never change, and `getauxval` walks
-/// the vector on every call (≈ 100 instructions, twice for each object admitted).
-pub(crate) fn vdso_and_interpreter() -> (usize, usize) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    const UNREAD: usize = usize::MAX;
-    static VDSO: AtomicUsize = AtomicUsize::new(UNREAD);
-    static INTERP: AtomicUsize = AtomicUsize::new(UNREAD);
-    let (v, i) = (VDSO.load(Ordering::Relaxed), INTERP.load(Ordering::Relaxed));
-    if v != UNREAD && i != UNREAD {
-        return (v, i);
-    }
-    let (v, i) = (auxv(libc::AT_SYSINFO_EHDR), auxv(libc::AT_BASE));
-    VDSO.store(v, Ordering::Relaxed);
-    INTERP.store(i, Ordering::Relaxed);
-    (v, i)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The loader calls against this test process: handles, link maps, the walk.
 
 use super::*;
+use std::ops::ControlFlow;
 
 /// Every handle's link map is what the loader says it is, whether it was asked (the first
 /// time) or the handle was taken as its own link map (afterwards, on glibc).
