@@ -61,6 +61,7 @@
 #![allow(unsafe_code)]
 
 mod edit;
+mod fast;
 mod global;
 mod level;
 mod record;
