@@ -67,6 +67,7 @@ mod level;
 mod record;
 mod slab;
 mod table;
+mod whole;
 mod write;
 
 #[cfg(all(test, loom))]
