@@ -1,5 +1,10 @@
 //! The event ring (full, drained, woken, interrupted, many producers) and argument checks.
 
+use std::mem::MaybeUninit;
+use std::sync::atomic::Ordering;
+
+use super::super::cuda_api::{c_event, EVENT_ALLOC};
+use super::queue::*;
 use super::*;
 use crate::events::{Allocation, MemType};
 
