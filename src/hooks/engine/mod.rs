@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::elf::{self, Counters, IndexRoom, LoadedObject, ObjectIndex, WantedNames};
+use crate::elf::{self, IndexRoom, LoadCounters, LoadedObject, ObjectIndex, WantedNames};
 use crate::patch::{Journal, JournalEntry};
 use crate::{Error, Result};
 
@@ -64,7 +64,7 @@ pub(crate) struct State {
     /// Known objects that hide what they define ([`Known::hides`]).
     hiding: usize,
     /// The loader's add/remove counters at the last sync: a change means the cache is stale.
-    last_counters: Counters,
+    last_counters: LoadCounters,
     /// What the diagnostics report (skipped objects, conflicts, counters).
     pub(crate) diag: Diagnostics,
     /// The id the next installed set gets.
@@ -84,7 +84,7 @@ static STATE: spin::Mutex<State> = spin::Mutex::new(State {
     by_link_map: None,
     canonical: Vec::new(),
     hiding: 0,
-    last_counters: Counters { adds: 0, subs: 0 },
+    last_counters: LoadCounters { adds: 0, subs: 0 },
     diag: Diagnostics::new(),
     next_id: 1,
     dirty: false,
@@ -170,7 +170,7 @@ pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
 #[inline(never)]
 pub(crate) unsafe fn rescan_opened(
     handle: *mut c_void,
-    now: Counters,
+    now: LoadCounters,
     patience: Option<Duration>,
 ) -> Result<usize> {
     let mut op = Operation::begin(patience).ok_or_else(busy)?;
@@ -185,7 +185,7 @@ pub(crate) unsafe fn rescan_opened(
 #[inline(never)]
 pub(crate) fn rescan_closed(
     handle: *mut c_void,
-    now: Counters,
+    now: LoadCounters,
     patience: Option<Duration>,
 ) -> Result<usize> {
     let mut op = Operation::begin(patience).ok_or_else(busy)?;
@@ -197,7 +197,7 @@ pub(crate) fn rescan_closed(
 /// `dlopen` or `dlclose` that changed nothing (an already-loaded library) costs this and
 /// nothing more: the engine's entry points, with their large frames, are not called.
 #[inline]
-pub(crate) fn loader_changed() -> Option<Counters> {
+pub(crate) fn loader_changed() -> Option<LoadCounters> {
     let now = elf::counters();
     let same = now.adds == SCANNED_ADDS.load(Ordering::Acquire)
         && now.subs == SCANNED_SUBS.load(Ordering::Acquire);

@@ -288,7 +288,11 @@ impl State {
     /// # Safety
     /// As [`super::rescan_opened`].
     #[allow(unsafe_code)]
-    pub(super) unsafe fn sync_opened(&mut self, handle: *mut c_void, now: elf::Counters) -> usize {
+    pub(super) unsafe fn sync_opened(
+        &mut self,
+        handle: *mut c_void,
+        now: elf::LoadCounters,
+    ) -> usize {
         let last = self.last_counters;
         if !self.room_to_sync() {
             return 0;
@@ -317,7 +321,7 @@ impl State {
     /// The `dlclose` fast path (see [`super::rescan_closed`]); `now` as for
     /// [`State::sync_opened`], read after the real `dlclose` returned. Taken, it does not walk
     /// the list again either.
-    pub(super) fn sync_closed(&mut self, link_map: usize, now: elf::Counters) -> usize {
+    pub(super) fn sync_closed(&mut self, link_map: usize, now: elf::LoadCounters) -> usize {
         let last = self.last_counters;
         if now.adds == last.adds && now.subs == last.subs.wrapping_add(1) {
             let obj = self
