@@ -92,9 +92,9 @@ static STATE: spin::Mutex<State> = spin::Mutex::new(State {
     room: IndexRoom::growable(),
 });
 
-/// The loader counters of the last scan, readable without the lock.
-static SCANNED_ADDS: AtomicU64 = AtomicU64::new(u64::MAX);
-static SCANNED_SUBS: AtomicU64 = AtomicU64::new(u64::MAX);
+/// The loader counters of the last sync, readable without the lock.
+static SYNCED_ADDS: AtomicU64 = AtomicU64::new(u64::MAX);
+static SYNCED_SUBS: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// How long an API call waits for another thread's operation. Bounded, so that a thread that
 /// holds the dynamic loader's lock (a library destructor calling cuhook) while another thread's
@@ -141,10 +141,10 @@ pub(crate) fn install(set: &HookSet, loader_set: fn() -> HookSet) -> Result<u64>
     Ok(id)
 }
 
-/// Bring the engine in step with the loader: patch objects loaded since the last scan with every
+/// Bring the engine in step with the loader: patch objects loaded since the last sync with every
 /// installed set, forget objects that were unloaded. Cheap when nothing changed (one
 /// `dl_iterate_phdr` step, no lock). `patience`: how long to wait for a busy engine.
-pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
+pub(crate) fn sync(patience: Option<Duration>) -> Result<usize> {
     if loader_changed().is_none() {
         return Ok(0);
     }
@@ -157,8 +157,8 @@ pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
     Ok(op.state().sync_until_stable())
 }
 
-/// After a successful `dlopen` that returned `handle`: like [`rescan`], but when the loader's
-/// counters say exactly one object was added since the last scan and `handle`'s object is
+/// After a successful `dlopen` that returned `handle`: like [`sync`], but when the loader's
+/// counters say exactly one object was added since the last sync and `handle`'s object is
 /// unknown, that object is the new one: it is described through the handle and patched
 /// while the handle pins it, without walking the list of loaded objects or pinning by name.
 /// `now`: the loader's counters, as [`loader_changed`] returned them.
@@ -168,7 +168,7 @@ pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
 /// caller (so nobody can close it meanwhile).
 #[allow(unsafe_code)]
 #[inline(never)]
-pub(crate) unsafe fn rescan_opened(
+pub(crate) unsafe fn sync_opened(
     handle: *mut c_void,
     now: LoadCounters,
     patience: Option<Duration>,
@@ -178,12 +178,12 @@ pub(crate) unsafe fn rescan_opened(
     Ok(unsafe { op.state().sync_opened(handle, now) })
 }
 
-/// After a successful `dlclose(handle)`: like [`rescan`], but when exactly one object was
-/// removed since the last scan and it is the known object of `handle`, and glibc confirms that
+/// After a successful `dlclose(handle)`: like [`sync`], but when exactly one object was
+/// removed since the last sync and it is the known object of `handle`, and glibc confirms that
 /// nothing is mapped there any more, only that object is forgotten (no walk). `now`: as for
-/// [`rescan_opened`].
+/// [`sync_opened`].
 #[inline(never)]
-pub(crate) fn rescan_closed(
+pub(crate) fn sync_closed(
     handle: *mut c_void,
     now: LoadCounters,
     patience: Option<Duration>,
@@ -192,15 +192,15 @@ pub(crate) fn rescan_closed(
     Ok(op.state().sync_closed(handle as usize, now))
 }
 
-/// The loader's counters now, if something was loaded or unloaded since the last scan; `None`
+/// The loader's counters now, if something was loaded or unloaded since the last sync; `None`
 /// when nothing was (no lock, no allocation). Inlined into the loader interposers, so that a
 /// `dlopen` or `dlclose` that changed nothing (an already-loaded library) costs this and
 /// nothing more: the engine's entry points, with their large frames, are not called.
 #[inline]
 pub(crate) fn loader_changed() -> Option<LoadCounters> {
     let now = elf::counters();
-    let same = now.adds == SCANNED_ADDS.load(Ordering::Acquire)
-        && now.subs == SCANNED_SUBS.load(Ordering::Acquire);
+    let same = now.adds == SYNCED_ADDS.load(Ordering::Acquire)
+        && now.subs == SYNCED_SUBS.load(Ordering::Acquire);
     (!same).then_some(now)
 }
 

@@ -13,8 +13,8 @@ thread_local! {
     /// Depth of interposed `dlopen`/`dlmopen`/`dlclose` calls on this thread. A nested call
     /// comes from a constructor or destructor, which the loader runs holding its lock: waiting
     /// there for the engine could wait out the patience while the running operation waits for
-    /// that very lock (issue 12 item 10). So only the outermost call scans, after the real call
-    /// has returned and released the lock, and its scan covers what the nested ones did.
+    /// that very lock (issue 12 item 10). So only the outermost call syncs, after the real call
+    /// has returned and released the lock, and its sync covers what the nested ones did.
     static LOADER_DEPTH: Cell<u32> = const { Cell::new(0) };
 }
 
@@ -173,7 +173,7 @@ fn after_open(handle: *mut c_void, depth: &DepthGuard) {
             // SAFETY: `handle` was just returned by the real loader and is not yet the
             // caller's, so it stays open for this call.
             #[allow(unsafe_code)]
-            let _ = unsafe { crate::hooks::engine::rescan_opened(handle, now, Some(PATIENCE)) };
+            let _ = unsafe { crate::hooks::engine::sync_opened(handle, now, Some(PATIENCE)) };
         }
     }
 }
@@ -263,7 +263,7 @@ pub(super) extern "C" fn dlclose_from(handle: *mut c_void, _caller: usize) -> c_
 }
 
 pub(super) fn dlclose_via(real: real::DlcloseFn, handle: *mut c_void) -> c_int {
-    // Destructors, and our own rescan: as for `open_and_patch`.
+    // Destructors, and our own sync: as for `open_and_patch`.
     let _cancel = crate::sys::cancel::Deferred::begin();
     let depth = DepthGuard::enter();
     // SAFETY: the real dlclose with the caller's own handle.
@@ -278,7 +278,7 @@ pub(super) fn dlclose_via(real: real::DlcloseFn, handle: *mut c_void) -> c_int {
                 crate::stacks::forget_unwind_rules();
             }
             let _ = guarded(
-                || crate::hooks::engine::rescan_closed(handle, now, Some(PATIENCE)),
+                || crate::hooks::engine::sync_closed(handle, now, Some(PATIENCE)),
                 || Ok(0),
             );
         }

@@ -75,7 +75,7 @@ impl State {
         Batch::listed(objects, self.last_counters.subs)
     }
 
-    /// Patch objects that appeared since the last scan with every installed set, and note those
+    /// Patch objects that appeared since the last sync with every installed set, and note those
     /// whose constructors already ran unhooked. `complete`: the batch holds every object loaded
     /// since the last sync that may matter (none was left unread). Then, unless a loaded object
     /// hides what it defines (excluded, unreadable), a missing original can only come from
