@@ -67,7 +67,10 @@ pub(crate) fn list() -> &'static SubscriberList {
     &SUBSCRIBERS
 }
 
-/// [`SubscriberList::subscribe`] on the process-wide list.
+/// [`SubscriberList::subscribe`] on the process-wide list: the crate's C API and report, and
+/// a test of the list's fork handler. Hidden: users subscribe with `cuhook::subscribe`, whose
+/// [`Subscription`](crate::Subscription) unsubscribes on drop.
+#[doc(hidden)]
 pub fn subscribe(
     mask: impl Into<u32>,
     priority: i32,

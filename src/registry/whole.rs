@@ -59,7 +59,7 @@ impl Registry {
     /// previous value. The process-wide registry's attached flag goes through here, so that an
     /// insert racing with a detach cannot land after the clear (it would stay for good, its free
     /// unseen), and an attach racing with a detach cannot leave it attached but closed.
-    pub fn set_open(&self, flag: &core::sync::atomic::AtomicBool, open: bool) -> bool {
+    pub(crate) fn set_open(&self, flag: &core::sync::atomic::AtomicBool, open: bool) -> bool {
         let mut guard = self.writer.lock();
         let was = flag.swap(open, core::sync::atomic::Ordering::AcqRel);
         guard.open = open;
@@ -71,11 +71,6 @@ impl Registry {
 
     /// Drops every range at once, without events (what the registry knows stopped being true:
     /// the hooks that keep it current were removed). Returns how many were dropped.
-    pub fn clear(&self) -> usize {
-        let mut guard = self.writer.lock();
-        self.clear_locked(&mut guard)
-    }
-
     fn clear_locked(&self, w: &mut Writer) -> usize {
         let Some(top) = w.top_if_any(self) else {
             return 0;
