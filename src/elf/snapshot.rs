@@ -90,13 +90,13 @@ impl LoadedObject {
 #[derive(Debug, Clone)]
 pub struct Snapshot {
     pub objects: Vec<Arc<LoadedObject>>,
-    pub counters: Counters,
+    pub counters: LoadCounters,
 }
 
 /// `dlpi_adds` / `dlpi_subs`: how many objects were ever added to / removed from the process.
 /// Equal counters mean the list did not change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Counters {
+pub struct LoadCounters {
     pub adds: u64,
     pub subs: u64,
 }
@@ -116,7 +116,7 @@ struct Collector {
     entries: Vec<RawEntry>,
     names: Vec<u8>,
     phdrs: Vec<Elf64_Phdr>,
-    counters: Counters,
+    counters: LoadCounters,
     overflow: bool,
 }
 
@@ -131,7 +131,7 @@ struct Sizes {
 /// Copy one listed object into the reserved storage; `Break` when it does not fit.
 fn collect(c: &mut Collector, o: &Listed<'_>) -> ControlFlow<()> {
     if c.entries.is_empty() && o.has_counters {
-        c.counters = Counters {
+        c.counters = LoadCounters {
             adds: o.info.dlpi_adds,
             subs: o.info.dlpi_subs,
         };
@@ -184,11 +184,11 @@ fn path_text(bytes: &[u8]) -> String {
 }
 
 /// The loader's add/remove counters: a cheap "did anything change" test.
-pub fn counters() -> Counters {
-    let mut out = Counters::default();
+pub fn counters() -> LoadCounters {
+    let mut out = LoadCounters::default();
     let _ = dl::iterate(&mut |o: &Listed<'_>| {
         if o.has_counters {
-            out = Counters {
+            out = LoadCounters {
                 adds: o.info.dlpi_adds,
                 subs: o.info.dlpi_subs,
             };
@@ -213,7 +213,7 @@ pub fn snapshot() -> Snapshot {
             entries: Vec::with_capacity(sizes.objects + 16),
             names: Vec::with_capacity(sizes.name_bytes + 16 * 256),
             phdrs: Vec::with_capacity(sizes.phdrs + 16 * 16),
-            counters: Counters::default(),
+            counters: LoadCounters::default(),
             overflow: false,
         };
         let _ = dl::iterate(&mut |o: &Listed<'_>| collect(&mut c, o));

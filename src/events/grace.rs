@@ -1,5 +1,5 @@
 //! Grace periods: how a writer learns that no dispatching thread still reads an old snapshot or
-//! still runs a removed callback, while readers write only their own [`Slot`].
+//! still runs a removed callback, while readers write only their own [`Announcement`].
 //!
 //! Two announcements per reader, each answered by a writer with a Dekker-style handshake
 //! (reader: store announcement, barrier, load shared state; writer: store shared state, barrier,
@@ -33,7 +33,7 @@ use std::sync::atomic::{compiler_fence, AtomicBool};
 
 use crate::atomics::{fence, AtomicU64, Ordering};
 
-use super::slots::{self, backoff, Slot, MAX_DEPTH, SLOTS};
+use super::announcements::{self, backoff, Announcement, ANNOUNCEMENTS, MAX_DEPTH};
 use crate::sys::membarrier;
 
 /// Advanced by writers after each head swap; starts at 1 because 0 means "not dispatching".
@@ -128,9 +128,9 @@ fn degrade() {
 /// One dispatch level on this thread. While the outermost `Section` lives, no snapshot loaded
 /// after its creation is freed.
 pub(crate) struct Section {
-    slot: &'static Slot,
+    slot: &'static Announcement,
     level: usize,
-    /// The slot was borrowed for this outermost level (see `slots.rs`).
+    /// The slot was borrowed for this outermost level (see `announcements.rs`).
     borrowed: bool,
     /// `ASYMMETRIC`, read once per level (it only ever turns true, so a stale false is safe).
     asymmetric: bool,
@@ -139,10 +139,10 @@ pub(crate) struct Section {
 }
 
 impl Section {
-    /// Enters a dispatch level; `None` when the thread is already [`slots::MAX_DEPTH`] deep.
+    /// Enters a dispatch level; `None` when the thread is already [`announcements::MAX_DEPTH`] deep.
     #[inline]
     pub(crate) fn enter() -> Option<Section> {
-        let l = slots::enter_level()?;
+        let l = announcements::enter_level()?;
         let asymmetric = ASYMMETRIC.load(Ordering::Relaxed);
         if l.level == 0 {
             // Acquire pairs with the writer's epoch advance: seeing epoch E means seeing the
@@ -187,7 +187,7 @@ impl Drop for Section {
             // Release: our reads of the snapshot happen before a writer that sees 0 frees it.
             self.slot.epoch.store(0, Ordering::Release);
         }
-        slots::exit_level(self.level, self.borrowed);
+        announcements::exit_level(self.level, self.borrowed);
     }
 }
 
@@ -202,7 +202,7 @@ pub(crate) fn advance_epoch() -> u64 {
 /// at epoch `E` can be freed when `E <= oldest_reader_epoch()`. Never blocks.
 pub(crate) fn oldest_reader_epoch() -> u64 {
     writer_barrier();
-    SLOTS
+    ANNOUNCEMENTS
         .iter()
         .map(|s| s.epoch.load(Ordering::Acquire))
         .filter(|&e| e != 0)
@@ -222,8 +222,8 @@ pub(crate) fn wait_for_calls(removed: &[(u64, u32)]) {
             .any(|&(token, bits)| call >> 8 == token && call & u64::from(bits) != 0)
     };
     writer_barrier();
-    let mine = slots::current_slot();
-    for slot in SLOTS.iter() {
+    let mine = announcements::current_announcement();
+    for slot in ANNOUNCEMENTS.iter() {
         if mine.is_some_and(|m| std::ptr::eq(m, slot)) {
             // The caller's own in-progress calls complete after it returns; waiting would hang.
             continue;
@@ -236,7 +236,7 @@ pub(crate) fn wait_for_calls(removed: &[(u64, u32)]) {
         {
             backoff(&mut spins);
             // A thread that died inside a callback never clears its slot.
-            if spins.is_multiple_of(4096) && slots::reclaim_if_dead(slot) {
+            if spins.is_multiple_of(4096) && announcements::reclaim_if_dead(slot) {
                 break;
             }
         }

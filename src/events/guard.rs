@@ -81,7 +81,7 @@ impl Drop for HookGuard {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::super::slots;
+    use super::super::announcements;
     use super::*;
 
     #[test]
@@ -90,14 +90,14 @@ mod tests {
         assert!(HookGuard::enter(c"cuMemAlloc_v2").is_none());
         assert_eq!(HookGuard::outermost_api(), Some(c"cudaMalloc"));
         // One dispatch level deeper (inside a callback) a hooked call is outermost again.
-        let _level = slots::enter_level().expect("level 0");
+        let _level = announcements::enter_level().expect("level 0");
         {
             let inner = HookGuard::enter(c"cuMemAlloc_v2").expect("outermost in a callback");
             assert_eq!(HookGuard::outermost_api(), Some(c"cuMemAlloc_v2"));
             assert!(HookGuard::enter(c"cuMemAlloc_v2").is_none());
             drop(inner);
         }
-        slots::exit_level(0, false);
+        announcements::exit_level(0, false);
         assert_eq!(HookGuard::outermost_api(), Some(c"cudaMalloc"));
         drop(outer);
         assert_eq!(HookGuard::outermost_api(), None);

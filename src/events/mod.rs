@@ -6,7 +6,7 @@
 //! no longer run on another thread (so its context may be freed).
 //!
 //! How, in short: writers publish immutable snapshots of the list (copy-on-write under a mutex);
-//! a dispatching thread announces itself in its own cache-line-sized slot (`slots.rs`) — the
+//! a dispatching thread announces itself in its own cache-line-sized slot (`announcements.rs`) — the
 //! epoch it entered at, and the call it is making — and re-checks before each call that the
 //! subscription is still live; writers wait on those announcements (`grace.rs`), never readers on
 //! writers. Dispatch is lock-free, allocation-free and writes no shared cache line. On Linux the
@@ -16,7 +16,8 @@
 //! The free functions work on one process-wide [`SubscriberList`]; the type itself can be
 //! instantiated for tests and embedding.
 
-mod allocation;
+mod announce;
+pub(crate) mod announcements;
 mod callback;
 pub(crate) mod closure;
 mod dispatch;
@@ -25,18 +26,16 @@ mod guard;
 #[cfg(all(test, loom))]
 #[path = "tests/loom.rs"]
 mod loom_tests;
-mod slot;
-pub(crate) mod slots;
 mod subscribers;
 #[cfg(all(test, not(loom)))]
 mod tests;
 mod thread;
 mod types;
 
+pub use announcements::MAX_DEPTH;
 pub use callback::{Callback, SubscriptionId};
 pub use grace::asymmetric_barriers;
 pub use guard::HookGuard;
-pub use slots::MAX_DEPTH;
 pub use subscribers::{DispatchStats, SubscriberList, CAPACITY};
 pub use types::{flags, mask, Allocation, EventKind, EventMask, MemEvent, MemType};
 
@@ -67,7 +66,10 @@ pub(crate) fn list() -> &'static SubscriberList {
     &SUBSCRIBERS
 }
 
-/// [`SubscriberList::subscribe`] on the process-wide list.
+/// [`SubscriberList::subscribe`] on the process-wide list: the crate's C API and report, and
+/// a test of the list's fork handler. Hidden: users subscribe with `cuhook::subscribe`, whose
+/// [`Subscription`](crate::Subscription) unsubscribes on drop.
+#[doc(hidden)]
 pub fn subscribe(
     mask: impl Into<u32>,
     priority: i32,

@@ -133,13 +133,13 @@ struct ReadMostly {
 pub struct SubscriberList {
     read: ReadMostly,
     writer: WriterLock<ListWriter>,
-    pub(crate) counters: Counters,
+    pub(crate) counters: DispatchCounters,
 }
 
 /// Rarely written counters, on their own cache line.
 #[repr(C, align(128))]
 #[derive(Default)]
-pub(crate) struct Counters {
+pub(crate) struct DispatchCounters {
     // Statistics, not part of any protocol: `std` atomics under loom too.
     pub(crate) panics: std::sync::atomic::AtomicU64,
     pub(crate) dropped: std::sync::atomic::AtomicU64,
@@ -175,7 +175,7 @@ impl SubscriberList {
                 entries: Vec::new(),
                 retired: Vec::new(),
             }),
-            counters: Counters {
+            counters: DispatchCounters {
                 panics: std::sync::atomic::AtomicU64::new(0),
                 dropped: std::sync::atomic::AtomicU64::new(0),
             },

@@ -8,11 +8,11 @@
 use std::cell::Cell;
 use std::ffi::CStr;
 
-use super::slot::{Slot, MAX_DEPTH};
+use super::announce::{Announcement, MAX_DEPTH};
 
 pub(crate) struct ThreadState {
-    /// Slot in use: the owned one, or the borrowed one during a dispatch.
-    pub(crate) slot: Cell<Option<&'static Slot>>,
+    /// Announcement in use: the owned one, or the borrowed one during a dispatch.
+    pub(crate) slot: Cell<Option<&'static Announcement>>,
     /// Whether this thread has tried to claim a slot of its own (after a failure it borrows one
     /// per outermost dispatch).
     pub(crate) tried_to_claim: Cell<bool>,

@@ -140,7 +140,7 @@ pub(crate) use engine::API_PATIENCE;
 /// were unloaded (nothing is ever written to them again). Returns how many slots were patched.
 /// `patience`: how long to wait if another thread is patching (None: forever).
 pub fn rescan(patience: Option<Duration>) -> Result<usize> {
-    engine::rescan(patience)
+    engine::sync(patience)
 }
 
 /// One patched slot, for diagnostics and tests.

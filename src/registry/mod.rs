@@ -61,11 +61,13 @@
 #![allow(unsafe_code)]
 
 mod edit;
+mod fast;
 mod global;
 mod level;
 mod record;
 mod slab;
 mod table;
+mod whole;
 mod write;
 
 #[cfg(all(test, loom))]

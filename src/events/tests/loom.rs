@@ -20,7 +20,7 @@ use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
-use super::{mask, Callback, EventKind, MemEvent, SubscriberList};
+use super::{mask, Allocation, Callback, MemEvent, SubscriberList};
 
 loom::lazy_static! {
     /// State the removed subscriber's callback writes, and `unsubscribe`'s caller then writes

@@ -337,14 +337,14 @@ fn count_call(_: &MemEvent, context: usize) {
 #[test]
 #[cfg_attr(miri, ignore = "hundreds of threads and tgkill: not for Miri")]
 fn threads_beyond_the_slots_borrow_and_dead_slots_are_reclaimed() {
-    use crate::events::slots::{current_slot, SLOT_COUNT};
+    use crate::events::announcements::{current_announcement, ANNOUNCEMENT_COUNT};
     let _watchdog = Watchdog::start("threads_beyond_the_slots_borrow_and_dead_slots_are_reclaimed");
     let list = leak(SubscriberList::new());
     let calls = leak(AtomicU64::new(0));
     list.subscribe(mask::ALL, 0, Callback::Rust(count_call), addr(calls))
         .unwrap();
     // More live threads than slots: the last ones to dispatch must borrow a spare per dispatch.
-    let n = SLOT_COUNT + 8;
+    let n = ANNOUNCEMENT_COUNT + 8;
     let all_in = leak(Barrier::new(n));
     let borrowers: u32 = (0..n)
         .map(|_| {
@@ -355,7 +355,7 @@ fn threads_beyond_the_slots_borrow_and_dead_slots_are_reclaimed() {
                     all_in.wait();
                     list.dispatch(&free(1));
                     // Outside dispatch, only an owner still has a slot.
-                    u32::from(current_slot().is_none())
+                    u32::from(current_announcement().is_none())
                 })
                 .unwrap()
         })
@@ -370,7 +370,7 @@ fn threads_beyond_the_slots_borrow_and_dead_slots_are_reclaimed() {
     let mut tries = 0;
     while thread::spawn(move || {
         list.dispatch(&alloc(2));
-        current_slot().is_none()
+        current_announcement().is_none()
     })
     .join()
     .unwrap()
@@ -396,7 +396,7 @@ fn park(_: &MemEvent, context: usize) {
 #[test]
 #[cfg_attr(miri, ignore = "fork() is a foreign call Miri does not run")]
 fn fork_child_keeps_its_slot_and_does_not_wait_for_threads_of_the_parent() {
-    use crate::events::slots::{current_slot, reclaim_if_dead};
+    use crate::events::announcements::{current_announcement, reclaim_if_dead};
     let list = leak(SubscriberList::new());
     let parker = leak(Parker {
         entered: AtomicBool::new(false),
@@ -423,7 +423,7 @@ fn fork_child_keeps_its_slot_and_does_not_wait_for_threads_of_the_parent() {
         // SAFETY: plain system call; SIGALRM's default action ends a hung child.
         unsafe { libc::alarm(20) };
         // In the child this thread has a new id; its slot must not look like a dead thread's.
-        let code = match current_slot() {
+        let code = match current_announcement() {
             None => 2,
             Some(mine) if reclaim_if_dead(mine) => 3,
             Some(_) => match list.unsubscribe(mask::ALL, Callback::Rust(park), addr(parker)) {
@@ -454,8 +454,8 @@ fn fork_child_keeps_its_slot_and_does_not_wait_for_threads_of_the_parent() {
 #[test]
 #[cfg_attr(miri, ignore = "needs tgkill, which Miri does not have")]
 fn unsubscribe_does_not_wait_for_a_borrower_that_died_in_a_callback() {
-    use crate::events::slot::LENT;
-    use crate::events::slots::{SLOTS, SLOT_COUNT};
+    use crate::events::announce::LENT;
+    use crate::events::announcements::{ANNOUNCEMENTS, ANNOUNCEMENT_COUNT};
     let list = leak(SubscriberList::new());
     let id = list
         .subscribe(mask::ALL, 0, Callback::Rust(record_other), 0)
@@ -464,7 +464,7 @@ fn unsubscribe_does_not_wait_for_a_borrower_that_died_in_a_callback() {
     let dead = thread::spawn(|| unsafe { libc::syscall(libc::SYS_gettid) } as u64)
         .join()
         .unwrap();
-    let spare = SLOTS[SLOT_COUNT - 16..]
+    let spare = ANNOUNCEMENTS[ANNOUNCEMENT_COUNT - 16..]
         .iter()
         .find(|s| {
             s.owner

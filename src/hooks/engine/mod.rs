@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::elf::{self, Counters, IndexRoom, LoadedObject, ObjectIndex, WantedNames};
+use crate::elf::{self, IndexRoom, LoadCounters, LoadedObject, ObjectIndex, WantedNames};
 use crate::patch::{Journal, JournalEntry};
 use crate::{Error, Result};
 
@@ -64,7 +64,7 @@ pub(crate) struct State {
     /// Known objects that hide what they define ([`Known::hides`]).
     hiding: usize,
     /// The loader's add/remove counters at the last sync: a change means the cache is stale.
-    last_counters: Counters,
+    last_counters: LoadCounters,
     /// What the diagnostics report (skipped objects, conflicts, counters).
     pub(crate) diag: Diagnostics,
     /// The id the next installed set gets.
@@ -84,7 +84,7 @@ static STATE: spin::Mutex<State> = spin::Mutex::new(State {
     by_link_map: None,
     canonical: Vec::new(),
     hiding: 0,
-    last_counters: Counters { adds: 0, subs: 0 },
+    last_counters: LoadCounters { adds: 0, subs: 0 },
     diag: Diagnostics::new(),
     next_id: 1,
     dirty: false,
@@ -92,9 +92,9 @@ static STATE: spin::Mutex<State> = spin::Mutex::new(State {
     room: IndexRoom::growable(),
 });
 
-/// The loader counters of the last scan, readable without the lock.
-static SCANNED_ADDS: AtomicU64 = AtomicU64::new(u64::MAX);
-static SCANNED_SUBS: AtomicU64 = AtomicU64::new(u64::MAX);
+/// The loader counters of the last sync, readable without the lock.
+static SYNCED_ADDS: AtomicU64 = AtomicU64::new(u64::MAX);
+static SYNCED_SUBS: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// How long an API call waits for another thread's operation. Bounded, so that a thread that
 /// holds the dynamic loader's lock (a library destructor calling cuhook) while another thread's
@@ -141,10 +141,10 @@ pub(crate) fn install(set: &HookSet, loader_set: fn() -> HookSet) -> Result<u64>
     Ok(id)
 }
 
-/// Bring the engine in step with the loader: patch objects loaded since the last scan with every
+/// Bring the engine in step with the loader: patch objects loaded since the last sync with every
 /// installed set, forget objects that were unloaded. Cheap when nothing changed (one
 /// `dl_iterate_phdr` step, no lock). `patience`: how long to wait for a busy engine.
-pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
+pub(crate) fn sync(patience: Option<Duration>) -> Result<usize> {
     if loader_changed().is_none() {
         return Ok(0);
     }
@@ -157,8 +157,8 @@ pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
     Ok(op.state().sync_until_stable())
 }
 
-/// After a successful `dlopen` that returned `handle`: like [`rescan`], but when the loader's
-/// counters say exactly one object was added since the last scan and `handle`'s object is
+/// After a successful `dlopen` that returned `handle`: like [`sync`], but when the loader's
+/// counters say exactly one object was added since the last sync and `handle`'s object is
 /// unknown, that object is the new one: it is described through the handle and patched
 /// while the handle pins it, without walking the list of loaded objects or pinning by name.
 /// `now`: the loader's counters, as [`loader_changed`] returned them.
@@ -168,9 +168,9 @@ pub(crate) fn rescan(patience: Option<Duration>) -> Result<usize> {
 /// caller (so nobody can close it meanwhile).
 #[allow(unsafe_code)]
 #[inline(never)]
-pub(crate) unsafe fn rescan_opened(
+pub(crate) unsafe fn sync_opened(
     handle: *mut c_void,
-    now: Counters,
+    now: LoadCounters,
     patience: Option<Duration>,
 ) -> Result<usize> {
     let mut op = Operation::begin(patience).ok_or_else(busy)?;
@@ -178,29 +178,29 @@ pub(crate) unsafe fn rescan_opened(
     Ok(unsafe { op.state().sync_opened(handle, now) })
 }
 
-/// After a successful `dlclose(handle)`: like [`rescan`], but when exactly one object was
-/// removed since the last scan and it is the known object of `handle`, and glibc confirms that
+/// After a successful `dlclose(handle)`: like [`sync`], but when exactly one object was
+/// removed since the last sync and it is the known object of `handle`, and glibc confirms that
 /// nothing is mapped there any more, only that object is forgotten (no walk). `now`: as for
-/// [`rescan_opened`].
+/// [`sync_opened`].
 #[inline(never)]
-pub(crate) fn rescan_closed(
+pub(crate) fn sync_closed(
     handle: *mut c_void,
-    now: Counters,
+    now: LoadCounters,
     patience: Option<Duration>,
 ) -> Result<usize> {
     let mut op = Operation::begin(patience).ok_or_else(busy)?;
     Ok(op.state().sync_closed(handle as usize, now))
 }
 
-/// The loader's counters now, if something was loaded or unloaded since the last scan; `None`
+/// The loader's counters now, if something was loaded or unloaded since the last sync; `None`
 /// when nothing was (no lock, no allocation). Inlined into the loader interposers, so that a
 /// `dlopen` or `dlclose` that changed nothing (an already-loaded library) costs this and
 /// nothing more: the engine's entry points, with their large frames, are not called.
 #[inline]
-pub(crate) fn loader_changed() -> Option<Counters> {
+pub(crate) fn loader_changed() -> Option<LoadCounters> {
     let now = elf::counters();
-    let same = now.adds == SCANNED_ADDS.load(Ordering::Acquire)
-        && now.subs == SCANNED_SUBS.load(Ordering::Acquire);
+    let same = now.adds == SYNCED_ADDS.load(Ordering::Acquire)
+        && now.subs == SYNCED_SUBS.load(Ordering::Acquire);
     (!same).then_some(now)
 }
 

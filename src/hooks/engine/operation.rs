@@ -9,7 +9,7 @@ use crate::hooks::substitution::publish;
 use crate::sys::dl::clear_error;
 use crate::sys::once::ForkSafeOnce;
 
-use super::{State, SCANNED_ADDS, SCANNED_SUBS, STATE};
+use super::{State, STATE, SYNCED_ADDS, SYNCED_SUBS};
 
 thread_local! {
     /// Set while this thread runs an engine operation: loader calls made by the operation (and
@@ -174,8 +174,8 @@ impl Drop for Operation {
             publish(self.guard.sets.iter().map(|s| &s.set));
         }
         let c = self.guard.last_counters;
-        SCANNED_ADDS.store(c.adds, Ordering::Release);
-        SCANNED_SUBS.store(c.subs, Ordering::Release);
+        SYNCED_ADDS.store(c.adds, Ordering::Release);
+        SYNCED_SUBS.store(c.subs, Ordering::Release);
         clear_error();
         IN_OPERATION.with(|f| f.set(false));
     }

@@ -29,7 +29,7 @@ pub(super) struct Synced {
     pub complete: bool,
 }
 
-/// Up to this many new objects found by one scan are pinned by name before they are read; more
+/// Up to this many new objects found by one sync are pinned by name before they are read; more
 /// are read from inside walks of the loader's list.
 const PIN_BEFORE_INDEX: usize = 64;
 
@@ -248,8 +248,8 @@ impl State {
 
     /// Whether the loader's changes can be handled now. Handling them allocates as it goes
     /// (the objects' indexes), and a failed allocation would abort the host: with memory short
-    /// they are put off (counted, warned once), and since the scanned counters do not move,
-    /// the next loader call or rescan picks them up.
+    /// they are put off (counted, warned once), and since the synced counters do not move,
+    /// the next loader call or sync picks them up.
     fn room_to_sync(&mut self) -> bool {
         if crate::sys::memory::available(crate::sys::memory::LOADER_MARGIN) {
             return true;
@@ -264,7 +264,7 @@ impl State {
         false
     }
 
-    /// Patch objects loaded since the last scan until the loader's counters stop moving.
+    /// Patch objects loaded since the last sync until the loader's counters stop moving.
     pub(super) fn sync_until_stable(&mut self) -> usize {
         let mut patched = 0;
         for _ in 0..16 {
@@ -278,17 +278,21 @@ impl State {
         patched
     }
 
-    /// The `dlopen` fast path (see [`super::rescan_opened`]). `now`: the loader's counters
+    /// The `dlopen` fast path (see [`super::sync_opened`]). `now`: the loader's counters
     /// read after the real `dlopen` returned (before this operation began: a lower bound of
     /// the present ones, which is all the fast path needs). Taken, it does not walk the list
     /// again for objects added since `now`: those were loaded by other threads, whose own
-    /// loader calls scan once this operation ends, or past the interposers, which the next
-    /// loader call or rescan sees (as it would have had they been loaded a moment later).
+    /// loader calls sync once this operation ends, or past the interposers, which the next
+    /// loader call or sync sees (as it would have had they been loaded a moment later).
     ///
     /// # Safety
-    /// As [`super::rescan_opened`].
+    /// As [`super::sync_opened`].
     #[allow(unsafe_code)]
-    pub(super) unsafe fn sync_opened(&mut self, handle: *mut c_void, now: elf::Counters) -> usize {
+    pub(super) unsafe fn sync_opened(
+        &mut self,
+        handle: *mut c_void,
+        now: elf::LoadCounters,
+    ) -> usize {
         let last = self.last_counters;
         if !self.room_to_sync() {
             return 0;
@@ -298,7 +302,7 @@ impl State {
             let pin = unsafe { Pin::borrowed(handle) };
             if let Some((obj, link_map)) = pin.describe() {
                 if self.find_known(obj.base, &obj.name).is_none() {
-                    // One object was added since the last scan and this one is new: it is that
+                    // One object was added since the last sync and this one is new: it is that
                     // object.
                     self.diag.quick_scans += 1;
                     self.last_counters = now;
@@ -314,10 +318,10 @@ impl State {
         self.sync_until_stable()
     }
 
-    /// The `dlclose` fast path (see [`super::rescan_closed`]); `now` as for
+    /// The `dlclose` fast path (see [`super::sync_closed`]); `now` as for
     /// [`State::sync_opened`], read after the real `dlclose` returned. Taken, it does not walk
     /// the list again either.
-    pub(super) fn sync_closed(&mut self, link_map: usize, now: elf::Counters) -> usize {
+    pub(super) fn sync_closed(&mut self, link_map: usize, now: elf::LoadCounters) -> usize {
         let last = self.last_counters;
         if now.adds == last.adds && now.subs == last.subs.wrapping_add(1) {
             let obj = self

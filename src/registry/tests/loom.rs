@@ -39,6 +39,7 @@ fn range(start: usize, size: usize, tag: usize) -> Allocation {
             c"cudaMallocManaged"
         },
         seq: 0,
+        stack: crate::stacks::StackId::NONE,
     }
 }
 

@@ -76,20 +76,9 @@ pub(super) enum Lookup {
     Unsupported,
 }
 
-/// The CFI row covering `pc`: from the cache, else from the tables (then cached).
+/// The CFI row covering `pc`, from its object's tables (the walk asks the cache first:
+/// `super::rules_for`).
 pub(super) fn find(pc: usize, ctx: &mut Context) -> Lookup {
-    if let Some(rules) = super::cache::get(pc) {
-        return Lookup::Found(rules);
-    }
-    let found = find_uncached(pc, ctx);
-    if let Lookup::Found(rules) = &found {
-        super::cache::put(pc, rules);
-    }
-    found
-}
-
-/// The CFI row covering `pc`, from its object's tables.
-fn find_uncached(pc: usize, ctx: &mut Context) -> Lookup {
     let Some(object) = dl::found_object_if_resolved(pc) else {
         return Lookup::NoInfo;
     };

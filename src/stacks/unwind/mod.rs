@@ -119,7 +119,7 @@ fn step(
     } else {
         regs.pc.checked_sub(1)?
     };
-    let next = match cfi::find(lookup, ctx) {
+    let next = match rules_for(lookup, ctx) {
         Lookup::Found(rules) => {
             #[cfg(test)]
             STEPS.with(|s| s.set((s.get().0 + 1, s.get().1)));
@@ -139,6 +139,18 @@ fn step(
         return None;
     }
     Some(Registers { pc, ..next })
+}
+
+/// The CFI row covering `pc`: from the cache, else from the tables (then cached).
+fn rules_for(pc: usize, ctx: &mut cfi::Context) -> Lookup {
+    if let Some(rules) = cache::get(pc) {
+        return Lookup::Found(rules);
+    }
+    let found = cfi::find(pc, ctx);
+    if let Lookup::Found(rules) = &found {
+        cache::put(pc, rules);
+    }
+    found
 }
 
 /// Follow CFI rules: the CFA, then the return address and frame pointer saved relative to it.

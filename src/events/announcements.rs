@@ -1,4 +1,4 @@
-//! Per-thread announcement slots: where a dispatching thread says "I am reading a snapshot since
+//! Per-thread announcements: where a dispatching thread says "I am reading a snapshot since
 //! epoch E" and "I am running the callback with token T", without writing any shared cache line.
 //!
 //! Every thread claims one slot for good on its first dispatch (a reference to it lives in the
@@ -25,34 +25,35 @@
 use crate::atomics::{spin_loop, yield_now, Ordering};
 use crate::sys::thread;
 
-pub(crate) use super::slot::Slot;
-pub use super::slot::MAX_DEPTH;
-use super::slot::{lent_to, FREE, LENT, RECLAIMING};
+pub(crate) use super::announce::Announcement;
+pub use super::announce::MAX_DEPTH;
+use super::announce::{lent_to, FREE, LENT, RECLAIMING};
 use super::thread::{ThreadState, THREAD};
 
 /// All slots. 512 × 128 bytes = 64 KiB of zero-initialised memory, touched only as used.
 #[cfg(not(loom))]
-pub(crate) const SLOT_COUNT: usize = 512;
+pub(crate) const ANNOUNCEMENT_COUNT: usize = 512;
 #[cfg(loom)]
-pub(crate) const SLOT_COUNT: usize = 4;
+pub(crate) const ANNOUNCEMENT_COUNT: usize = 4;
 /// Slots at the end kept free for threads that have no owned slot; lent per outermost dispatch.
 #[cfg(not(loom))]
 const SPARE: usize = 16;
 #[cfg(loom)]
 const SPARE: usize = 1;
 /// Slots that threads own until they exit.
-const OWNED: usize = SLOT_COUNT - SPARE;
+const OWNED: usize = ANNOUNCEMENT_COUNT - SPARE;
 
 #[cfg(not(loom))]
-pub(crate) static SLOTS: [Slot; SLOT_COUNT] = [const { Slot::new() }; SLOT_COUNT];
+pub(crate) static ANNOUNCEMENTS: [Announcement; ANNOUNCEMENT_COUNT] =
+    [const { Announcement::new() }; ANNOUNCEMENT_COUNT];
 #[cfg(loom)]
 loom::lazy_static! {
-    pub(crate) static ref SLOTS: [Slot; SLOT_COUNT] = core::array::from_fn(|_| Slot::new());
+    pub(crate) static ref ANNOUNCEMENTS: [Announcement; ANNOUNCEMENT_COUNT] = core::array::from_fn(|_| Announcement::new());
 }
 
 /// Where a new dispatch level of this thread announces itself.
 pub(crate) struct Level {
-    pub(crate) slot: &'static Slot,
+    pub(crate) slot: &'static Announcement,
     /// 0 for the outermost dispatch.
     pub(crate) level: usize,
     /// The slot was borrowed for this (outermost) level and goes back at its exit.
@@ -98,14 +99,14 @@ pub(crate) fn exit_level(level: usize, borrowed: bool) {
 }
 
 /// The slot this thread is using now, if it is inside a dispatch or owns one.
-pub(crate) fn current_slot() -> Option<&'static Slot> {
+pub(crate) fn current_announcement() -> Option<&'static Announcement> {
     THREAD.with(|t| t.slot.get())
 }
 
 /// The first dispatch of a thread claims a slot; later ones get here only if that failed.
 /// Returns the slot and whether it is borrowed.
 #[cold]
-fn outermost_slot_slow(t: &ThreadState) -> (&'static Slot, bool) {
+fn outermost_slot_slow(t: &ThreadState) -> (&'static Announcement, bool) {
     if !t.tried_to_claim.replace(true) {
         if let Some(slot) = claim_owned() {
             t.slot.set(Some(slot));
@@ -121,7 +122,7 @@ fn outermost_slot_slow(t: &ThreadState) -> (&'static Slot, bool) {
 /// another thread registered it waited for ever in its first dispatch.
 static ATFORK: crate::sys::once::ForkSafeOnce = crate::sys::once::ForkSafeOnce::new();
 
-fn claim_owned() -> Option<&'static Slot> {
+fn claim_owned() -> Option<&'static Announcement> {
     // A failed registration (ENOMEM) only loses the post-fork clean-up, which is best effort.
     ATFORK.register_fork_handlers(
         None,
@@ -131,7 +132,7 @@ fn claim_owned() -> Option<&'static Slot> {
     );
     let me = thread::id();
     for pass in 0..2 {
-        for slot in &SLOTS[..OWNED] {
+        for slot in &ANNOUNCEMENTS[..OWNED] {
             if slot.owner.load(Ordering::Relaxed) == FREE
                 && slot
                     .owner
@@ -150,11 +151,11 @@ fn claim_owned() -> Option<&'static Slot> {
 
 /// Borrows a spare slot; spins only while every spare is lent to a thread that is dispatching,
 /// which ends when those dispatches return.
-fn borrow_spare() -> &'static Slot {
+fn borrow_spare() -> &'static Announcement {
     let lent = LENT | thread::id();
     let mut spins = 0u32;
     loop {
-        for slot in &SLOTS[OWNED..] {
+        for slot in &ANNOUNCEMENTS[OWNED..] {
             if slot.owner.load(Ordering::Relaxed) == FREE
                 && slot
                     .owner
@@ -167,7 +168,7 @@ fn borrow_spare() -> &'static Slot {
         backoff(&mut spins);
         // A borrower that died inside a callback never gives its spare back.
         if spins.is_multiple_of(4096) {
-            SLOTS[OWNED..].iter().for_each(|s| {
+            ANNOUNCEMENTS[OWNED..].iter().for_each(|s| {
                 reclaim_if_dead(s);
             });
         }
@@ -176,14 +177,14 @@ fn borrow_spare() -> &'static Slot {
 
 /// Frees the owned slots of threads that no longer exist.
 fn reclaim_dead() {
-    for slot in &SLOTS[..OWNED] {
+    for slot in &ANNOUNCEMENTS[..OWNED] {
         reclaim_if_dead(slot);
     }
 }
 
 /// Frees `slot` if its owner thread is gone (it may have died inside a callback, leaving its
 /// announcements set). Returns whether it did.
-pub(crate) fn reclaim_if_dead(slot: &Slot) -> bool {
+pub(crate) fn reclaim_if_dead(slot: &Announcement) -> bool {
     let owner = slot.owner.load(Ordering::Acquire);
     if owner == FREE || owner == RECLAIMING || thread::alive(lent_to(owner).unwrap_or(owner)) {
         return false;
@@ -216,8 +217,8 @@ pub(crate) fn backoff(spins: &mut u32) {
 extern "C" fn after_fork_child() {
     // It runs, so it is registered: the child must not register it again.
     ATFORK.mark_done();
-    let mine = current_slot();
-    for slot in SLOTS.iter() {
+    let mine = current_announcement();
+    for slot in ANNOUNCEMENTS.iter() {
         if mine.is_some_and(|m| std::ptr::eq(m, slot)) {
             let lent = lent_to(slot.owner.load(Ordering::Relaxed)).is_some();
             let tid = thread::id();
@@ -244,7 +245,7 @@ mod tests {
             assert!(std::ptr::eq(a.slot, b.slot));
             exit_level(1, false);
             exit_level(0, false);
-            let first = current_slot().expect("owns a slot");
+            let first = current_announcement().expect("owns a slot");
             let c = enter_level().expect("level 0 again");
             assert!(std::ptr::eq(c.slot, first));
             assert_eq!(c.level, 0);
@@ -260,7 +261,7 @@ mod tests {
         let (slot, tid) = std::thread::spawn(|| {
             let _ = enter_level();
             exit_level(0, false);
-            (current_slot().unwrap(), thread::id())
+            (current_announcement().unwrap(), thread::id())
         })
         .join()
         .unwrap();

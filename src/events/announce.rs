@@ -1,5 +1,7 @@
-//! One thread's dispatch slot (what grace periods wait on), and the nesting bound it is sized
-//! for. Below both the slot table (`slots.rs`) and the per-thread state (`thread.rs`).
+//! One thread's announcement (what grace periods wait on), and the nesting bound it is sized
+//! for. Below both the announcement table (`announcements.rs`) and the per-thread state
+//! (`thread.rs`). Called "slots" before: renamed so that "slot" means a GOT slot (and the
+//! registry's page-table slots), never this.
 
 use crate::atomics::{atomic_array, AtomicU64, Ordering};
 
@@ -28,7 +30,7 @@ pub(super) const RECLAIMING: u64 = u64::MAX - 1;
 /// One thread's announcements. 128-byte aligned so neighbours never share a cache line (nor the
 /// adjacent line that the spatial prefetcher pulls in with it).
 #[repr(C, align(128))]
-pub(crate) struct Slot {
+pub(crate) struct Announcement {
     /// `FREE`, `LENT | borrower`, `RECLAIMING`, or the owner's kernel thread id. Written only on
     /// claim, lend, return and reclaim.
     pub(super) owner: AtomicU64,
@@ -39,10 +41,10 @@ pub(crate) struct Slot {
     pub(crate) active: [AtomicU64; MAX_DEPTH],
 }
 
-impl Slot {
+impl Announcement {
     crate::atomics::const_unless_loom! {
-    pub(super) fn new() -> Slot {
-        Slot {
+    pub(super) fn new() -> Announcement {
+        Announcement {
             owner: AtomicU64::new(FREE),
             epoch: AtomicU64::new(0),
             active: atomic_array![AtomicU64::new(0); MAX_DEPTH],
