@@ -12,16 +12,69 @@
 //! unlock a lock the prepare handler took on the same thread (in the child: the copy of it).
 #![allow(unsafe_code)]
 
-use super::Registry;
+use super::{Allocation, Registry};
 use crate::Result;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// The process-wide registry as everyone but its hooks sees it: lookups, counts and snapshots.
+/// Its writes are the hooks' alone: a range inserted or removed by anyone else would be a
+/// statement about the process the hooks never correct.
+#[repr(transparent)]
+pub struct Global(Registry);
+
+impl Global {
+    /// [`Registry::lookup`].
+    pub fn lookup(&self, ptr: usize) -> Option<Allocation> {
+        self.0.lookup(ptr)
+    }
+
+    /// [`Registry::lookup_span`].
+    pub fn lookup_span(&self, ptr: usize, len: usize) -> Option<Allocation> {
+        self.0.lookup_span(ptr, len)
+    }
+
+    /// [`Registry::is_empty`].
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// [`Registry::len`].
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// [`Registry::live_bytes`].
+    pub fn live_bytes(&self) -> usize {
+        self.0.live_bytes()
+    }
+
+    /// [`Registry::missed_frees`].
+    pub fn missed_frees(&self) -> u64 {
+        self.0.missed_frees()
+    }
+
+    /// [`Registry::untracked`].
+    pub fn untracked(&self) -> u64 {
+        self.0.untracked()
+    }
+
+    /// [`Registry::snapshot`].
+    pub fn snapshot(&self) -> Vec<Allocation> {
+        self.0.snapshot()
+    }
+
+    /// [`Registry::for_each`].
+    pub fn for_each(&self, f: impl FnMut(Allocation)) {
+        self.0.for_each(f)
+    }
+}
+
 #[cfg(not(loom))]
-static GLOBAL: Registry = Registry::new();
+static GLOBAL: Global = Global(Registry::new());
 /// Loom builds only run the models, which never touch the process-wide registry; this keeps the
 /// rest of the crate compiling (loom's atomics cannot live in a plain static).
 #[cfg(loom)]
-static GLOBAL: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(Registry::new);
+static GLOBAL: std::sync::LazyLock<Global> = std::sync::LazyLock::new(|| Global(Registry::new()));
 static ATTACHED: AtomicBool = AtomicBool::new(false);
 
 /// The registry the CUDA hooks maintain.
@@ -31,8 +84,8 @@ static ATTACHED: AtomicBool = AtomicBool::new(false);
 /// cache line per hooked call (`benches/footprint.sh`). Every public function here goes through
 /// it or is not inlinable either; the hooks use the crate-internal `hot` instead.
 #[inline(never)]
-pub fn global() -> &'static Registry {
-    hot()
+pub fn global() -> &'static Global {
+    &GLOBAL
 }
 
 /// Whether the hooks keep [`global`] current. Set by [`attach`] (the CUDA install does it).
@@ -44,7 +97,7 @@ pub fn attached() -> bool {
 /// [`global`] for the hooks (inlined, the static addressed directly).
 #[inline(always)]
 pub(crate) fn hot() -> &'static Registry {
-    &GLOBAL
+    &GLOBAL.0
 }
 
 /// [`attached`] for the hooks (inlined, the static addressed directly).
@@ -61,7 +114,7 @@ pub(crate) fn attached_hot() -> bool {
 /// The registry is not a subscriber: being updated in the hook itself costs no dispatch, and a
 /// process with no other subscriber pays nothing for events at all.
 pub fn attach() -> Result<()> {
-    if !global().set_open(&ATTACHED, true) {
+    if !hot().set_open(&ATTACHED, true) {
         protect_fork();
     }
     Ok(())
@@ -75,7 +128,7 @@ pub fn attach() -> Result<()> {
 /// just before cannot put a range back after the clear (it would have stayed for good, its free
 /// unseen).
 pub fn detach() {
-    global().set_open(&ATTACHED, false);
+    hot().set_open(&ATTACHED, false);
 }
 
 /// A range left out of the registry for lack of memory outside the registry's own edits (a
@@ -83,7 +136,7 @@ pub fn detach() {
 #[cold]
 #[inline(never)]
 pub fn note_untracked() {
-    global().stats.untracked.fetch_add(1, Ordering::Relaxed);
+    hot().stats.untracked.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Counters for reports. `repr(C)`: the same struct is `cuhook_stats_t` of the C API and what
@@ -148,11 +201,11 @@ pub(super) fn protect_fork() {}
 extern "C" fn prepare() {
     // The handlers run, so they are registered: a child must not register them again.
     REGISTERED.mark_done();
-    global().hold_for_fork();
+    hot().hold_for_fork();
 }
 
 #[cfg(not(loom))]
 extern "C" fn release() {
     // SAFETY: `prepare` took the lock on this thread just before the fork.
-    unsafe { global().release_after_fork() };
+    unsafe { hot().release_after_fork() };
 }

@@ -416,9 +416,9 @@ fn registry_answers_first() {
     a.mem_type = MemType::Cuda;
     a.device = 3;
     a.flags = flags::STREAM_ORDERED;
-    crate::registry::global().insert(a);
+    crate::registry::hot().insert(a);
     let r = classify(start + 100);
-    crate::registry::global().remove(start, 4096);
+    crate::registry::hot().remove(start, 4096);
     let Source::Registry(rec) = r.source else {
         panic!("not from the registry: {r:?}")
     };

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use crate::registry::{global, Allocation};
+use crate::registry::{hot, Allocation};
 
 /// Waits for `pid` up to `limit`; kills it and returns `None` if it is still running then.
 fn wait_for(pid: libc::pid_t, limit: Duration) -> Option<libc::c_int> {
@@ -41,8 +41,8 @@ fn registry_fork_while_another_thread_writes() {
             let mut i = 0usize;
             while !stop.load(Relaxed) {
                 let start = BASE + (i % 1024) * 4096;
-                global().insert(Allocation::new(start, 4096, c"cuMemAllocAsync"));
-                global().remove_allocation(start);
+                hot().insert(Allocation::new(start, 4096, c"cuMemAllocAsync"));
+                hot().remove_allocation(start);
                 i += 1;
             }
         });
@@ -53,8 +53,8 @@ fn registry_fork_while_another_thread_writes() {
             assert!(pid >= 0, "fork failed");
             if pid == 0 {
                 let start = BASE + (1 << 30);
-                global().insert(Allocation::new(start, 4096, c"child"));
-                let ok = global().remove_allocation(start).is_some();
+                hot().insert(Allocation::new(start, 4096, c"child"));
+                let ok = hot().remove_allocation(start).is_some();
                 // SAFETY: leave the child without running the parent's atexit handlers.
                 unsafe { libc::_exit(if ok { 0 } else { 1 }) };
             }
