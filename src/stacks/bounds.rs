@@ -66,7 +66,9 @@ pub(super) fn stack_of(sp: usize) -> Option<(usize, usize)> {
     if cached.0 <= sp && sp < cached.1 {
         return Some(cached);
     }
-    let found = ask_kernel(sp)?;
+    // The maps text is read in pieces, and mappings changing meanwhile (other threads mapping
+    // and unmapping) can make one reading miss a line: one more reading before giving up.
+    let found = ask_kernel(sp).or_else(|| ask_kernel(sp))?;
     let _ = STACK.try_with(|c| c.set(found));
     Some(found)
 }
