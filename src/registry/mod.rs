@@ -60,6 +60,7 @@
 //! known consistent (`record.rs`).
 #![allow(unsafe_code)]
 
+mod cut;
 mod edit;
 mod fast;
 mod global;

@@ -7,13 +7,13 @@ use crate::atomics::Ordering;
 use crate::locks::WriterGuard;
 use core::ptr::NonNull;
 
-use super::level::{Level, Piece};
+use super::level::Level;
 use super::record::Record;
 use super::slab::{Ptr, Slab};
 use super::table::{
     index, slot_of, target, Bucket, Table, Top, BUCKET_CAP, EMPTY, LEAF, LEVELS, REC,
 };
-use super::{Allocation, InsertOutcome, Registry, Removed};
+use super::{Allocation, InsertOutcome, Registry};
 
 /// Writer state, under the lock.
 ///
@@ -27,11 +27,11 @@ pub(super) struct Writer {
     /// 2 MiB block (a pool's) skip the descent. Forgotten when that table is freed.
     pub(super) leaf: Option<(usize, Ptr<Table>)>,
     next_seq: u64,
-    count: usize,
+    pub(super) count: usize,
     /// Bytes in live ranges, modulo 2^64: the ranges are disjoint, so the true total is at most
     /// 2^64, and the one value that wraps (exactly 2^64, read as 0 with ranges live) is
     /// published as `usize::MAX` ([`Writer::live_bytes`]).
-    live: usize,
+    pub(super) live: usize,
     pub(super) recs: Slab<Record>,
     /// Whether inserts are taken. Cleared together with the table by [`Registry::close`], under
     /// this lock, so that an insert racing with it (a hook that saw the registry attached just
@@ -135,7 +135,7 @@ impl Writer {
     /// pieces of a range it cuts: four edges), and a new chain at each of those edges. Without
     /// it the edit does less instead of aborting the host: an insert leaves its range untracked,
     /// a trim drops the whole range (`cut_one`).
-    fn room_for_edit(&mut self, recs: usize) -> bool {
+    pub(super) fn room_for_edit(&mut self, recs: usize) -> bool {
         let edges = 2 * recs.min(2);
         self.recs.spare(recs)
             && self.tables.spare(edges * LEVELS)
@@ -215,57 +215,10 @@ impl Writer {
     }
 
     /// A new record holding `a`, not yet linked.
-    fn new_record(&mut self, a: &Allocation) -> Ptr<Record> {
+    pub(super) fn new_record(&mut self, a: &Allocation) -> Ptr<Record> {
         let p = self.recs.alloc();
         rec(p).store(a);
         p
-    }
-
-    /// Clears `[lo, hi]` from range `h`, which meets it: its parts outside become new records
-    /// (same metadata and seq), or, when their memory cannot be had, go with the rest (never a
-    /// stale byte; they are then counted untracked).
-    fn cut_one(&mut self, top: Level<'_>, lo: usize, hi: usize, h: Ptr<Record>) -> Cut {
-        let old = rec(h).get();
-        let last = old.last();
-        let (from, to) = (old.start.max(lo), last.min(hi));
-        let mut buf: [Piece; 2] = [(h, 0, 0); 2];
-        let mut n = 0;
-        let parts = usize::from(old.start < lo) + usize::from(last > hi);
-        let lost = if parts == 0 || self.room_for_edit(parts) {
-            if old.start < lo {
-                let left = Allocation {
-                    size: lo - old.start,
-                    ..old
-                };
-                buf[n] = (self.new_record(&left), left.start, lo - 1);
-                n += 1;
-            }
-            if last > hi {
-                let right = Allocation {
-                    start: hi + 1,
-                    size: last - hi,
-                    ..old
-                };
-                buf[n] = (self.new_record(&right), hi + 1, last);
-                n += 1;
-            }
-            (0, 0)
-        } else {
-            (parts, old.size - (to - from + 1))
-        };
-        let pieces = &buf[..n];
-        self.rewrite(top, old.start, last, h, pieces);
-        self.recs.free(h);
-        self.count = self.count + pieces.len() - 1;
-        Cut {
-            cleared: Allocation {
-                start: from,
-                size: to - from + 1,
-                ..old
-            },
-            whole: parts == 0,
-            lost,
-        }
     }
 
     /// Unlinks and frees the whole range of record `p`.
@@ -298,16 +251,6 @@ impl Writer {
         self.count -= 1;
         self.live = self.live.wrapping_sub(size);
     }
-}
-
-/// What [`Writer::cut_one`] did to one range.
-struct Cut {
-    /// The part cleared (inside the span), with the range's metadata.
-    cleared: Allocation,
-    /// Whether that was the whole range.
-    whole: bool,
-    /// Pieces outside the span dropped for lack of memory, and their bytes.
-    lost: (usize, usize),
 }
 
 /// Borrows a record handle (writer side).
@@ -409,95 +352,6 @@ impl Registry {
             seq: Some(a.seq),
             overwritten,
             size: a.size,
-        }
-    }
-
-    /// Unregisters `[start, start + len)` (clipped at `usize::MAX`), trimming or splitting the
-    /// ranges it covers in part (a VMM unmap of a sub-range).
-    pub fn remove(&self, start: usize, len: usize) -> Removed {
-        self.remove_span(start, len, None)
-    }
-
-    /// Like [`Self::remove`], and hands each removed piece (clipped to the span, with its range's
-    /// metadata) to `out`, in address order, without the lock: the span is cleared a few ranges
-    /// at a time, each batch handed out before the next is cleared, so nothing is allocated
-    /// however many ranges it covers.
-    pub fn remove_with(
-        &self,
-        start: usize,
-        len: usize,
-        mut out: impl FnMut(Allocation),
-    ) -> Removed {
-        self.remove_span(start, len, Some(&mut out))
-    }
-
-    fn remove_span(
-        &self,
-        start: usize,
-        len: usize,
-        mut out: Option<&mut dyn FnMut(Allocation)>,
-    ) -> Removed {
-        /// Pieces cleared under one hold of the lock when they are handed out.
-        const BATCH: usize = 8;
-        let mut removed = Removed::default();
-        if len == 0 {
-            return removed;
-        }
-        let last = start.saturating_add(len - 1);
-        let mut lo = start;
-        loop {
-            let mut batch: [Option<Allocation>; BATCH] = [None; BATCH];
-            let mut n = 0;
-            let mut more = false;
-            {
-                let mut guard = self.writer.lock();
-                let w = &mut *guard;
-                let Some(top) = w.top_if_any(self) else {
-                    break;
-                };
-                while let Some(h) = Writer::first_meeting(top, lo, last) {
-                    let cut = w.cut_one(top, lo, last, h);
-                    self.account(w, &cut);
-                    removed.bytes += cut.cleared.size;
-                    if cut.whole {
-                        removed.whole += 1;
-                    } else {
-                        removed.partial += 1;
-                    }
-                    if out.is_some() {
-                        batch[n] = Some(cut.cleared);
-                        n += 1;
-                    }
-                    match cut.cleared.last().checked_add(1) {
-                        Some(next) if next <= last => lo = next,
-                        _ => break,
-                    }
-                    if n == BATCH {
-                        more = true;
-                        break;
-                    }
-                }
-                self.publish(w);
-            }
-            if let Some(out) = out.as_deref_mut() {
-                batch[..n].iter().flatten().for_each(|&a| out(a));
-            }
-            if !more {
-                break;
-            }
-        }
-        removed
-    }
-
-    /// Books what a cut took: the bytes cleared and lost leave the live total, and pieces lost
-    /// for lack of memory count as untracked.
-    fn account(&self, w: &mut Writer, cut: &Cut) {
-        let (pieces, bytes) = cut.lost;
-        w.live = w.live.wrapping_sub(cut.cleared.size).wrapping_sub(bytes);
-        if pieces > 0 {
-            self.stats
-                .untracked
-                .fetch_add(pieces as u64, Ordering::Relaxed);
         }
     }
 
