@@ -29,7 +29,15 @@ impl Callback {
     pub(crate) fn call(&self, ev: &MemEvent, context: usize) {
         match *self {
             Callback::Rust(f) => f(ev, context),
-            Callback::Foreign { adapter, target } => adapter(target, ev, context),
+            Callback::Foreign { adapter, target } => {
+                // The host's code (a C callback) may reach a cancellation point: the request
+                // waits until the hooked call has returned to the host (`crate::sys::cancel`).
+                // Closures of the Rust API defer it in their trampoline (`closure.rs`);
+                // cuhook's own subscribers (the report's counters, the trace, whose writes
+                // defer it themselves) pay nothing for it.
+                let _cancel = crate::sys::cancel::Deferred::begin();
+                adapter(target, ev, context)
+            }
         }
     }
 

@@ -48,6 +48,8 @@ impl Boxed {
 
 /// The adapter: `context` is the address of a live closure (see the module doc).
 fn call(ev: &MemEvent, context: usize) {
+    // The user's code: cancellation deferred as for a foreign callback (`Callback::call`).
+    let _cancel = crate::sys::cancel::Deferred::begin();
     // SAFETY: the list calls this only with the context of a live subscription, whose closure
     // is freed after the subscription is gone.
     unsafe { call_boxed(ev, context) }

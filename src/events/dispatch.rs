@@ -38,9 +38,6 @@ impl SubscriberList {
         let Some(snapshot) = self.snapshot(&section) else {
             return;
         };
-        // A callback may reach a cancellation point: the request waits until the hooked call
-        // has returned to the host (`crate::sys::cancel`).
-        let _cancel = crate::sys::cancel::Deferred::begin();
         let bit = ev.kind.mask();
         #[cfg(loom)]
         snapshot.touch();
@@ -111,10 +108,7 @@ impl SubscriberList {
     #[inline(never)]
     fn replay_one(&self, entry: &Subscriber, ev: &MemEvent, bit: u32) {
         match Section::enter() {
-            Some(section) => {
-                let _cancel = crate::sys::cancel::Deferred::begin();
-                self.invoke(&section, entry, ev, bit)
-            }
+            Some(section) => self.invoke(&section, entry, ev, bit),
             None => {
                 self.counters.dropped.fetch_add(1, Ordering::Relaxed);
             }
