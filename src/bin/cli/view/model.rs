@@ -201,6 +201,24 @@ fn parse(
     })
 }
 
+/// Replays `points` by address, calling `each(i, open, total)` after point `i` with the
+/// allocations live then (address → (size, stack)) and their total bytes.
+fn replay_open(points: &[Point], mut each: impl FnMut(usize, &HashMap<usize, (u64, u32)>, u64)) {
+    let mut open: HashMap<usize, (u64, u32)> = HashMap::new();
+    let mut total = 0u64;
+    for (i, pt) in points.iter().enumerate() {
+        let gone = match pt.kind {
+            EventKind::Alloc => open.insert(pt.address, (pt.size, pt.stack)),
+            EventKind::Free => open.remove(&pt.address),
+        };
+        total -= gone.map_or(0, |(size, _)| size);
+        if pt.kind == EventKind::Alloc {
+            total += pt.size;
+        }
+        each(i, &open, total);
+    }
+}
+
 /// The lane's call sites ([`Site`]), largest at the end first (then at the peak). Two passes:
 /// the first finds when the total of live bytes peaked, the second adds up each stack's live
 /// bytes to that moment and to the end; stacks whose frames read the same are one site.
@@ -208,44 +226,29 @@ fn call_sites(p: &Parsed) -> Vec<Site> {
     if p.stacks.is_empty() {
         return Vec::new();
     }
-    // Live allocations by address: (size, stack).
-    let mut open: HashMap<usize, (u64, u32)> = HashMap::new();
-    let (mut total, mut peak, mut peak_at) = (0u64, 0u64, 0usize);
-    for (i, pt) in p.points.iter().enumerate() {
-        match pt.kind {
-            EventKind::Alloc => {
-                if let Some((old, _)) = open.insert(pt.address, (pt.size, pt.stack)) {
-                    total -= old;
-                }
-                total += pt.size;
-            }
-            EventKind::Free => {
-                if let Some((old, _)) = open.remove(&pt.address) {
-                    total -= old;
-                }
-            }
-        }
+    let (mut peak, mut peak_at) = (0u64, 0usize);
+    replay_open(&p.points, |i, _, total| {
         if total > peak {
             (peak, peak_at) = (total, i);
         }
-    }
-    open.clear();
+    });
+    let last = p.points.len().saturating_sub(1);
     let mut peak_by_stack: HashMap<u32, u64> = HashMap::new();
-    for (i, pt) in p.points.iter().enumerate() {
-        match pt.kind {
-            EventKind::Alloc => {
-                open.insert(pt.address, (pt.size, pt.stack));
-            }
-            EventKind::Free => {
-                open.remove(&pt.address);
-            }
-        }
+    let mut end_by_stack: HashMap<u32, (u64, u64)> = HashMap::new();
+    replay_open(&p.points, |i, open, _| {
         if i == peak_at {
             for &(size, stack) in open.values() {
                 *peak_by_stack.entry(stack).or_default() += size;
             }
         }
-    }
+        if i == last {
+            for &(size, stack) in open.values() {
+                let e = end_by_stack.entry(stack).or_default();
+                e.0 += size;
+                e.1 += 1;
+            }
+        }
+    });
     let mut sites: Vec<Site> = Vec::new();
     let mut add = |stack: u32, end: (u64, u64), peak: u64| {
         let frames = match p.stacks.get(&stack) {
@@ -267,12 +270,6 @@ fn call_sites(p: &Parsed) -> Vec<Site> {
         site.end_count += end.1;
         site.peak_bytes += peak;
     };
-    let mut end_by_stack: HashMap<u32, (u64, u64)> = HashMap::new();
-    for &(size, stack) in open.values() {
-        let e = end_by_stack.entry(stack).or_default();
-        e.0 += size;
-        e.1 += 1;
-    }
     let mut stacks: Vec<u32> = end_by_stack
         .keys()
         .chain(peak_by_stack.keys())
