@@ -11,9 +11,12 @@
 //! interposers are in place); medians, spread (min–max over rounds) and the ratio of medians
 //! are printed.
 //!
-//! Run: `cargo bench --bench dlopen` (the sweep: N = 50, 300, 1,000, and N = 50 and 1,000 with
-//! 5,000 extra mappings, each in its own process), or one configuration:
-//! `cargo bench --bench dlopen -- --objects 300 --maps 5000 --rounds 15`. `BENCH_SET=cuda`
+//! - *k new objects*: `--new K` opens a library that brings K - 1 new dependencies with it (the
+//!   loader adds K objects at once, and removes them at `dlclose`).
+//!
+//! Run: `cargo bench --bench dlopen` (the sweep: k = 1, 2, 10 at N = 50, 300, 1,000, and N = 50
+//! and 1,000 with 5,000 extra mappings, each in its own process), or one configuration:
+//! `cargo bench --bench dlopen -- --objects 300 --maps 5000 --new 2 --rounds 15`. `BENCH_SET=cuda`
 //! installs cuhook's CUDA set (≈ 80 names, what a preloaded libcuhook.so installs) instead of
 //! the two-hook bench set.
 
@@ -97,6 +100,11 @@ fn report(what: &str, plain: &[f64], hooked: &[f64], unit: &str, scale: f64) {
 fn run(o: &support::Options) {
     let libs = support::libraries(o.objects + 1);
     let (fresh, loaded) = libs.split_last().unwrap();
+    let fresh = if o.new > 1 {
+        support::group(o.new)
+    } else {
+        fresh.clone()
+    };
     // The caller first: glibc looks the calling object up from the head of its list on every
     // dlopen, so a caller loaded after the N libraries would make plain calls pay for that walk
     // (the hooked calls come from cuhook, inside the main program).
@@ -105,10 +113,11 @@ fn run(o: &support::Options) {
     support::add_mappings(o.maps);
     let set = support::hook_set();
     println!(
-        "objects={} mappings={} rounds={}",
+        "objects={} mappings={} rounds={} new objects per dlopen={}",
         support::object_count(),
         support::mapping_count(),
-        o.rounds
+        o.rounds,
+        o.new
     );
     let fresh = CString::new(fresh.to_str().unwrap()).unwrap();
     // BENCH_ONLY=new|loaded runs one of the two comparisons; BENCH_PAIRS and
@@ -158,19 +167,27 @@ fn main() {
         run(&o);
         return;
     }
-    // The sweep: each configuration in a fresh process.
+    // The sweep: each configuration in a fresh process; the library opened alone (k = 1),
+    // with one new dependency (k = 2) and with nine (k = 10).
     let exe = std::env::current_exe().unwrap();
-    for (objects, maps) in [(50, 0), (300, 0), (1000, 0), (50, 5000), (1000, 5000)] {
-        let out = std::process::Command::new(&exe)
-            .args([
-                "--objects",
-                &objects.to_string(),
-                "--maps",
-                &maps.to_string(),
-            ])
-            .args(["--rounds", &o.rounds.to_string()])
-            .output()
-            .expect("run bench child");
+    let mut configs = Vec::new();
+    for objects in [50, 300, 1000] {
+        for new in [1, 2, 10] {
+            configs.push((objects, 0, new));
+        }
+    }
+    configs.extend([(50, 5000, 1), (1000, 5000, 1), (1000, 5000, 2)]);
+    for (objects, maps, new) in configs {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(["--objects", &objects.to_string()])
+            .args(["--maps", &maps.to_string()])
+            .args(["--new", &new.to_string()])
+            .args(["--rounds", &o.rounds.to_string()]);
+        if new > 1 {
+            // The already-loaded comparison does not depend on k.
+            cmd.env("BENCH_ONLY", "new");
+        }
+        let out = cmd.output().expect("run bench child");
         print!("{}", String::from_utf8_lossy(&out.stdout));
         eprint!("{}", String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success(), "child failed: {}", out.status);

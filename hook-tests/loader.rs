@@ -34,6 +34,8 @@ loader_tests! {
     dlmopen_namespace_reported_not_patched: "dlmopen" => ["dlmopen_opened", "namespace_call_correct",
         "namespace_skip_reported", "main_namespace_still_hooked"];
     concurrent_dlopen_calls_and_installs: "stress" => ["stress_no_errors", "stress_results", "stress_rounds"];
+    libraries_with_new_dependencies_opened_by_two_threads: "group_churn" => ["group_churn_correct",
+        "group_churn_hooked", "group_churn_from_opened_object", "group_churn_forgotten"];
 }
 
 /// The exit report's warning about libraries whose constructors ran before they were hooked
@@ -121,9 +123,11 @@ fn rtld_next_from_dlopened_libraries_is_glibcs() {
 /// In this process (the other tests run fixture processes): a `dlopen` that adds exactly one
 /// object is handled through the returned handle and its `dlclose` through `_dl_find_object`,
 /// without walking the loader's list; one that adds two objects (a library and its new
-/// dependency) takes the walk. Both patch and forget exactly as a walk would. The one new
-/// object is written directly (no batch planner) when its hooks are live and it was bound at
-/// load; opened `RTLD_LAZY` (its slot holds its own PLT stub), it goes through the planner.
+/// dependency) through the handle and the objects listed after it, and the `dlclose` that
+/// removes both through what arrived with it: no copy of the whole list. All patch and forget
+/// exactly as a whole sync would. The one new object is written directly (no batch planner)
+/// when its hooks are live and it was bound at load; opened `RTLD_LAZY` (its slot holds its own
+/// PLT stub), it goes through the planner.
 #[test]
 fn one_new_object_is_handled_without_a_walk() {
     use std::ffi::{c_char, c_int, c_void, CString};
@@ -212,17 +216,54 @@ fn one_new_object_is_handled_without_a_walk() {
         assert_eq!(lazy.direct_patches, quick.direct_patches, "{lazy}");
         assert_eq!(lazy.quick_scans, quick.quick_scans + 2, "{lazy}");
 
-        // libplugin_dep.so brings libdep.so: two new objects, so the walk.
+        // libplugin_dep.so brings libdep.so: two new objects, found after the opened one in
+        // the loader's list (no copy of the whole list), both patched, both forgotten at the
+        // dlclose that unloads them together.
+        type Call2 = Call;
+        for round in 0..3 {
+            let h = open(path("libplugin_dep.so").as_ptr(), libc::RTLD_NOW);
+            assert!(!h.is_null());
+            assert!(
+                slots_in("libdep.so") > 0,
+                "round {round}: the new dependency is not patched"
+            );
+            let call: Call2 = std::mem::transmute(libc::dlsym(h, c"plugin_dep_call".as_ptr()));
+            let calls = CALLS.load(Ordering::Relaxed);
+            assert_eq!(call(3, 4), 12);
+            assert_eq!(
+                CALLS.load(Ordering::Relaxed),
+                calls + 1,
+                "round {round}: the dependency's call did not reach the hook"
+            );
+            assert_eq!(close(h), 0);
+            assert_eq!(slots_in("libdep.so"), 0, "round {round}: not forgotten");
+        }
+        let group = cuhook::hooks::diagnostics();
+        assert_eq!(group.group_scans, lazy.group_scans + 6, "{group}");
+        assert_eq!(
+            group.rescans, lazy.rescans,
+            "a whole sync was taken: {group}"
+        );
+
+        // The dependency held on its own: the dlclose of the library unloads it alone (one
+        // object, the quick path), and the dependency's own dlclose then finds it gone too.
         let h = open(path("libplugin_dep.so").as_ptr(), libc::RTLD_NOW);
-        assert!(!h.is_null());
+        let dep = open(path("libdep.so").as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null() && !dep.is_null());
+        assert_eq!(close(h), 0);
         assert!(
             slots_in("libdep.so") > 0,
-            "the new dependency is patched too"
+            "the held dependency was forgotten"
         );
-        assert_eq!(close(h), 0);
+        assert_eq!(close(dep), 0);
         assert_eq!(slots_in("libdep.so"), 0);
-        let walked = cuhook::hooks::diagnostics();
-        assert!(walked.rescans > lazy.rescans, "{walked}");
+        let held = cuhook::hooks::diagnostics();
+        assert_eq!(held.group_scans, group.group_scans + 1, "{held}");
+        assert_eq!(held.quick_scans, group.quick_scans + 2, "{held}");
+        assert_eq!(
+            held.rescans, group.rescans,
+            "a whole sync was taken: {held}"
+        );
 
         installed.uninstall().unwrap();
     }

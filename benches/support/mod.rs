@@ -13,11 +13,13 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Command-line options: `--objects N` (default 50), `--maps M` extra anonymous mappings
-/// (default 0), `--rounds R` (default 15).
+/// (default 0), `--rounds R` (default 15), `--new K` objects one `dlopen` adds (default 1: the
+/// library alone; K > 1: it brings K - 1 new dependencies).
 pub struct Options {
     pub objects: usize,
     pub maps: usize,
     pub rounds: usize,
+    pub new: usize,
     /// Remaining arguments (e.g. `--child`).
     pub rest: Vec<String>,
 }
@@ -28,6 +30,7 @@ impl Options {
             objects: 50,
             maps: 0,
             rounds: 15,
+            new: 1,
             rest: Vec::new(),
         };
         let mut args = std::env::args().skip(1);
@@ -41,6 +44,7 @@ impl Options {
                 "--objects" => o.objects = num("--objects"),
                 "--maps" => o.maps = num("--maps"),
                 "--rounds" => o.rounds = num("--rounds"),
+                "--new" => o.new = num("--new").max(1),
                 "--bench" => {}
                 _ => o.rest.push(a),
             }
@@ -112,6 +116,39 @@ pub fn libraries(count: usize) -> Vec<PathBuf> {
             p
         })
         .collect()
+}
+
+/// A library that brings `count - 1` new dependencies of its own when opened (`count` objects
+/// in all; copies of the bench library named `libbench_dep<count>_<j>.so`, found through the
+/// top library's `$ORIGIN` run path). `count == 1` is a plain copy. Built once per count.
+pub fn group(count: usize) -> PathBuf {
+    let dir = lib_dir();
+    let proto = libraries(1).remove(0).with_file_name("libbench_proto.so");
+    let top = dir.join(format!("libbench_top{count}.so"));
+    if top.exists() {
+        return top;
+    }
+    let mut cc = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+    cc.args(["-O1", "-shared", "-fPIC", "-o"])
+        .arg(&top)
+        .arg(dir.join("bench_lib.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-Wl,--no-as-needed");
+    for j in 1..count {
+        let name = format!("libbench_dep{count}_{j}.so");
+        std::fs::copy(&proto, dir.join(&name)).expect("copy bench library");
+        cc.arg(format!("-l:{name}"));
+    }
+    let fx = fixtures();
+    let status = cc
+        .arg(format!("-L{}", fx.display()))
+        .arg("-l:libcuda.so.1")
+        .arg("-Wl,-rpath,$ORIGIN")
+        .arg(format!("-Wl,-rpath,{}", fx.display()))
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "cc failed building {}", top.display());
+    top
 }
 
 /// `dlopen` every path (plain, from the bench executable, `RTLD_NOW | RTLD_LOCAL`); the

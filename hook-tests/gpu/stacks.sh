@@ -4,8 +4,9 @@
 # times against the plain program, alternated, 3 rounds.
 # Usage: hook-tests/gpu/stacks.sh LIBCUHOOK_SO CUHOOK_BIN [OUTDIR]
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 bin="$2"
+# common.sh reads the library and the output folder as its own arguments 1 and 2.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$1" "${3:-}"
 nvcc -O1 -g -Xcompiler -fomit-frame-pointer -cudart shared -o "$out/leaks" "$here/leaks.cu" || exit 1
 for mark in small async big; do
     echo "expect $mark at leaks.cu:$(grep -n "MARK($mark)" "$here/leaks.cu" | cut -d: -f1)"

@@ -143,12 +143,20 @@ fn announce(
     if !attached && !subscribed {
         return;
     }
-    let ctx = query::current_context();
+    // A measurement build (`--cfg cuhook_diag="no_context"`, docs/performance.md) leaves the
+    // context query out, to tell its cost apart on the real driver.
+    #[cfg(not(cuhook_diag = "no_context"))]
+    let (ctx, device) = {
+        let ctx = query::current_context();
+        (ctx, query::device_of(ctx))
+    };
+    #[cfg(cuhook_diag = "no_context")]
+    let (ctx, device) = (std::ptr::null_mut::<std::ffi::c_void>(), -1);
     let a = Allocation {
         start: address,
         size,
         mem_type,
-        device: query::device_of(ctx),
+        device,
         flags: extra_flags,
         pool,
         stream,
@@ -157,7 +165,9 @@ fn announce(
         stack,
         seq: 0,
     };
-    let seq = if attached {
+    // A measurement build (`--cfg cuhook_diag="no_registry"`) leaves the registry's write
+    // out, to tell its cost apart on the real driver.
+    let seq = if attached && cfg!(not(cuhook_diag = "no_registry")) {
         registry::hot().insert(a).seq.unwrap_or(0)
     } else {
         0
@@ -172,7 +182,7 @@ fn announce(
 /// compiler stopped inlining it on its own, costing a call per free).
 #[inline(always)]
 pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream: usize) -> Pending {
-    if address == 0 {
+    if address == 0 || cfg!(cuhook_diag = "no_registry") {
         return Pending::Nothing;
     }
     let removed = if registry::attached_hot() {

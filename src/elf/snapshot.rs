@@ -2,7 +2,8 @@
 //!
 //! What the walk shows is valid only during it, so each object is copied into storage reserved
 //! *before* the walk: nothing allocates while the loader's lock is held (UCX #3517 deadlocked
-//! doing otherwise).
+//! doing otherwise). [`listed_after`] reads the public `l_next` links of the loader's list from
+//! inside its walk (where the list cannot change): its one `unsafe` block.
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -120,6 +121,32 @@ struct Collector {
     overflow: bool,
 }
 
+impl Collector {
+    /// Storage for `objects` objects whose names and program headers take at most these.
+    fn with_room(objects: usize, name_bytes: usize, phdrs: usize) -> Collector {
+        Collector {
+            entries: Vec::with_capacity(objects),
+            names: Vec::with_capacity(name_bytes),
+            phdrs: Vec::with_capacity(phdrs),
+            counters: LoadCounters::default(),
+            overflow: false,
+        }
+    }
+
+    /// The collected objects, in the order listed (positions counted from 0).
+    fn objects(&self) -> impl Iterator<Item = LoadedObject> + '_ {
+        self.entries
+            .iter()
+            .enumerate()
+            .map(|(position, e)| LoadedObject {
+                base: e.base,
+                name: path_text(&self.names[e.name_off..e.name_off + e.name_len]),
+                phdrs: self.phdrs[e.phdr_off..e.phdr_off + e.phnum].to_vec(),
+                position,
+            })
+    }
+}
+
 /// Sizes measured by a counting walk.
 #[derive(Default)]
 struct Sizes {
@@ -209,35 +236,106 @@ pub fn snapshot() -> Snapshot {
             ControlFlow::Continue(())
         });
         // Slack absorbs objects loaded between the two walks; on overflow we simply retry.
-        let mut c = Collector {
-            entries: Vec::with_capacity(sizes.objects + 16),
-            names: Vec::with_capacity(sizes.name_bytes + 16 * 256),
-            phdrs: Vec::with_capacity(sizes.phdrs + 16 * 16),
-            counters: LoadCounters::default(),
-            overflow: false,
-        };
+        let mut c = Collector::with_room(
+            sizes.objects + 16,
+            sizes.name_bytes + 16 * 256,
+            sizes.phdrs + 16 * 16,
+        );
         let _ = dl::iterate(&mut |o: &Listed<'_>| collect(&mut c, o));
         if c.overflow {
             continue;
         }
-        let objects = c
-            .entries
-            .iter()
-            .enumerate()
-            .map(|(position, e)| {
-                Arc::new(LoadedObject {
-                    base: e.base,
-                    name: path_text(&c.names[e.name_off..e.name_off + e.name_len]),
-                    phdrs: c.phdrs[e.phdr_off..e.phdr_off + e.phnum].to_vec(),
-                    position,
-                })
-            })
-            .collect();
+        let objects = c.objects().map(Arc::new).collect();
         return Snapshot {
             objects,
             counters: c.counters,
         };
     }
+}
+
+/// Room per object for [`listed_after`]'s copies: a longer name or more program headers make
+/// it give up (the caller then takes a whole snapshot).
+const AFTER_NAME_BYTES: usize = 1024;
+const AFTER_PHDRS: usize = 24;
+
+/// The `count` objects the loader lists right after the object whose `struct link_map` is
+/// `link_map`, each with its link map, when they end that namespace's list (what one `dlopen`
+/// added after the object it opened: its new dependencies). Copied inside one walk, which
+/// reads nothing but the loader's public list and the entries themselves, so the cost does not
+/// grow with what else is loaded beyond the walk's step per object. `work(i, object)` runs
+/// inside that walk for each object as soon as it is copied (the object stays mapped while it
+/// runs; the walk's rules hold: no allocation, lock or loader call). `None` when the list does
+/// not end with exactly `count` objects after it, an object was removed since the loader's
+/// removal counter read `subs`, or a copy does not fit the room reserved for it.
+///
+/// # Safety
+/// `link_map` is the link map of an object that stays loaded while this runs (a handle the
+/// caller holds).
+#[allow(unsafe_code)]
+pub unsafe fn listed_after(
+    link_map: usize,
+    count: usize,
+    subs: u64,
+    work: &mut dyn FnMut(usize, &LoadedObject),
+) -> Option<Vec<(LoadedObject, usize)>> {
+    let mut chain: Vec<dl::Next> = Vec::with_capacity(count);
+    let mut objects: Vec<LoadedObject> = (0..count)
+        .map(|_| LoadedObject {
+            base: 0,
+            name: String::with_capacity(AFTER_NAME_BYTES),
+            phdrs: Vec::with_capacity(AFTER_PHDRS),
+            position: LoadedObject::UNKNOWN_POSITION,
+        })
+        .collect();
+    let (mut listed, mut copied) = (None, 0);
+    let _ = dl::iterate(&mut |o: &Listed<'_>| {
+        if listed.is_none() {
+            // SAFETY: inside the walk, with the caller's object pinned (this function's
+            // contract); `chain` has room for `count`.
+            let ok = o.has_counters
+                && o.info.dlpi_subs == subs
+                && unsafe { dl::listed_after(link_map as *const dl::LinkMap, count, &mut chain) };
+            listed = Some(ok);
+            if !ok {
+                return ControlFlow::Break(());
+            }
+        }
+        let Some(next) = chain.get(copied) else {
+            return ControlFlow::Break(());
+        };
+        // The walk passes each entry's own name pointer: the same entry, not a namesake.
+        if o.info.dlpi_addr as usize != next.base || o.info.dlpi_name != next.name {
+            return ControlFlow::Continue(());
+        }
+        let obj = &mut objects[copied];
+        let name = std::str::from_utf8(o.name()).ok();
+        let phdrs = o.program_headers().iter().filter(|p| kept(p));
+        let fits = name.is_some_and(|n| n.len() <= obj.name.capacity())
+            && phdrs.clone().count() <= obj.phdrs.capacity();
+        if !fits {
+            return ControlFlow::Break(());
+        }
+        // Within the capacities reserved above: nothing allocates.
+        obj.base = next.base;
+        obj.name.push_str(name.unwrap_or_default());
+        obj.phdrs.extend(phdrs.copied());
+        work(copied, obj);
+        copied += 1;
+        if copied == count {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    });
+    if listed != Some(true) || copied != count {
+        return None;
+    }
+    Some(
+        objects
+            .into_iter()
+            .zip(chain.iter().map(|n| n.map))
+            .collect(),
+    )
 }
 
 #[cfg(test)]

@@ -81,6 +81,10 @@ pub struct Diagnostics {
     /// `dlopen`/`dlclose` calls whose one new or removed object was handled through its
     /// handle, without walking the loader's list.
     pub quick_scans: u64,
+    /// `dlopen`/`dlclose` calls that added or removed several objects at once (a library and
+    /// the new dependencies it brought) handled from the opened or closed object alone: the
+    /// objects listed after it, without a copy of the loader's whole list.
+    pub group_scans: u64,
     /// Objects a `dlopen` loaded that were patched directly (every hook they import already
     /// live, each slot bound to its original, bound at load time), without the batch planner.
     pub direct_patches: u64,
@@ -164,12 +168,13 @@ impl std::fmt::Display for Diagnostics {
         }
         writeln!(
             f,
-            "counters resolver_races={} rechecked_slots={} objects_indexed={} rescans={} quick_scans={} direct_patches={} chained_slots={} deferred_scans={} deferred_for_memory={} pinned_by_name={} constructors_before_patch={}",
+            "counters resolver_races={} rechecked_slots={} objects_indexed={} rescans={} quick_scans={} group_scans={} direct_patches={} chained_slots={} deferred_scans={} deferred_for_memory={} pinned_by_name={} constructors_before_patch={}",
             self.resolver_races,
             self.rechecked_slots,
             self.objects_indexed,
             self.rescans,
             self.quick_scans,
+            self.group_scans,
             self.direct_patches,
             self.chained_slots,
             self.deferred_scans,
@@ -197,6 +202,7 @@ impl Diagnostics {
             objects_indexed: 0,
             rescans: 0,
             quick_scans: 0,
+            group_scans: 0,
             direct_patches: 0,
             chained_slots: 0,
             deferred_scans: 0,

@@ -80,6 +80,57 @@ pub(crate) fn index_listed(
     out
 }
 
+/// Room per object for [`index_after`]: a new dependency that imports more (or has longer
+/// names) is indexed again the way [`index_listed`] does it.
+const AFTER_ENTRIES: usize = 128;
+const AFTER_NAME_BYTES: usize = 4096;
+
+/// The objects [`index_after`] found, with their link maps, and each one's index as
+/// [`index_listed`] gives it.
+pub(crate) type IndexedAfter = (
+    Vec<(Arc<LoadedObject>, usize)>,
+    Vec<Option<Result<ObjectIndex>>>,
+);
+
+/// The `count` objects the loader lists after the object whose link map is `link_map`
+/// (`elf::listed_after`: the new dependencies a `dlopen` brought), each indexed inside the walk
+/// that finds them, into storage reserved beforehand: one walk of the loader's list for all of
+/// them, without a reference of our own. `None` when they are not exactly those.
+///
+/// # Safety
+/// As `elf::listed_after`: the object of `link_map` stays loaded while this runs.
+pub(crate) unsafe fn index_after(
+    link_map: usize,
+    count: usize,
+    wanted: &WantedNames,
+    subs: u64,
+) -> Option<IndexedAfter> {
+    let mut room = IndexRoom::fixed(
+        count * AFTER_ENTRIES,
+        count * AFTER_NAME_BYTES,
+        wanted.len(),
+    );
+    let mut parts: Vec<Option<std::result::Result<Indexed, IndexFailure>>> = vec![None; count];
+    // SAFETY: the caller's promise, passed on.
+    let listed = unsafe {
+        crate::elf::listed_after(link_map, count, subs, &mut |i, obj| {
+            parts[i] = Some(ObjectIndex::index_into(obj, Some(wanted), &mut room));
+        })
+    }?;
+    let objects: Vec<(Arc<LoadedObject>, usize)> =
+        listed.into_iter().map(|(o, m)| (Arc::new(o), m)).collect();
+    let indexes = parts
+        .into_iter()
+        .zip(&objects)
+        .map(|(part, (obj, _))| match part {
+            Some(Ok(part)) => Some(Ok(ObjectIndex::from_room(obj.clone(), &room, &part))),
+            Some(Err(IndexFailure::Full)) | None => None,
+            Some(Err(e)) => Some(Err(e.into_error(obj))),
+        })
+        .collect();
+    Some((objects, indexes))
+}
+
 /// What a raw slot write found.
 pub(crate) type Outcome = Result<(SlotWrite, Result<(), LeftWritable>), WriteFailure>;
 

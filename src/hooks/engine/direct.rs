@@ -20,7 +20,7 @@ use crate::patch::{
 };
 
 use crate::hooks::batch::Batch;
-use crate::hooks::loader::Pin;
+use crate::hooks::loader::{visit, Pin};
 use crate::hooks::resolver::canonical_entries;
 use crate::hooks::set::hooks_for_import;
 
@@ -32,7 +32,7 @@ use super::{InstalledSet, State};
 const MOST: usize = 16;
 
 /// What the direct path did.
-enum Direct {
+pub(super) enum Direct {
     /// Every slot there was to write is written (how many).
     Done(usize),
     /// Not the common case, or a write did not go as read (how many were written first): the
@@ -59,11 +59,11 @@ impl State {
         patched
     }
 
-    /// Decide and write the common case (see the module doc).
-    fn patch_direct(&mut self, idx: &Arc<ObjectIndex>) -> Direct {
+    /// Whether `idx` can take the direct path at all, before anything of it is read.
+    fn direct_case(&self, idx: &ObjectIndex) -> Case {
         // It may provide an original some hook still lacks: the planner looks for it.
         if idx.defines_wanted() {
-            return Direct::Planner(0);
+            return Case::Planner;
         }
         // While an object that hides what it defines is loaded, a missing original may be in
         // the global scope through it: the planner looks for every one.
@@ -73,11 +73,21 @@ impl State {
                 .iter()
                 .any(|s| s.set.hooks.iter().any(|h| h.original.get() == 0))
         {
-            return Direct::Planner(0);
+            return Case::Planner;
         }
         // Imports nothing hooked (most libraries a program opens): nothing to ask or read.
         if idx.is_empty() {
-            return Direct::Done(0);
+            return Case::Nothing;
+        }
+        Case::Slots
+    }
+
+    /// Decide and write the common case (see the module doc).
+    pub(super) fn patch_direct(&mut self, idx: &Arc<ObjectIndex>) -> Direct {
+        match self.direct_case(idx) {
+            Case::Planner => return Direct::Planner(0),
+            Case::Nothing => return Direct::Done(0),
+            Case::Slots => {}
         }
         // Asked before any slot is read (a page the object made unreadable is the planner's
         // to report); the writes reuse the answers.
@@ -85,57 +95,167 @@ impl State {
         let Ok(maps) = ProtectionMap::for_addresses(addresses) else {
             return Direct::Planner(0);
         };
-        // Filled in place: a list of `MOST` plans moved out of a call is a kilobyte copied.
-        let mut writes = SmallVec::new();
-        if !direct_writes(
+        let mut done = DirectWrites::default();
+        write_direct(
             &self.sets,
             &self.journal,
             &self.canonical,
             &maps,
             idx,
-            &mut writes,
-        ) {
-            return Direct::Planner(0);
+            &mut done,
+        );
+        finish_direct(&mut self.journal, idx, done)
+    }
+
+    /// The direct patch of the new dependencies a `dlopen` brought (`objects`, no reference of
+    /// ours: listed at the loader's removal count `subs`), all from inside one walk of the
+    /// loader's list. Returns the slots written and which objects the planner must still see
+    /// (not the common case, not reached by the walk, or a write that did not go as read).
+    pub(super) fn patch_followers_direct(
+        &mut self,
+        objects: &[Arc<ObjectIndex>],
+        subs: u64,
+    ) -> (usize, Vec<bool>) {
+        let mut planner: Vec<bool> = objects
+            .iter()
+            .map(|o| self.direct_case(o) == Case::Planner)
+            .collect();
+        let slots = |i: usize| -> bool { !planner[i] && !objects[i].is_empty() };
+        let touched: Vec<usize> = (0..objects.len()).filter(|&i| slots(i)).collect();
+        if touched.is_empty() {
+            return (0, planner);
         }
-        if writes.is_empty() {
-            return Direct::Done(0);
-        }
-        writes.sort_unstable_by_key(|w| w.slot.address);
-        let page_size = region::page::size();
-        let name = idx.object.display_name();
-        let (mut written, mut as_read) = (0, true);
-        let same_page = |a: &Plan, b: &Plan| {
-            page_start(a.slot.address, page_size) == page_start(b.slot.address, page_size)
+        let addresses = touched
+            .iter()
+            .flat_map(|&i| objects[i].named_slots().map(|(.., slot)| slot.address));
+        let Ok(maps) = ProtectionMap::for_addresses(addresses) else {
+            for &i in &touched {
+                planner[i] = true;
+            }
+            return (0, planner);
         };
-        for group in writes.chunk_by(same_page) {
-            let slot = |j: usize| {
-                let w = &group[j];
-                (w.slot.address, w.expected, w.replacement)
-            };
-            let journal = &mut self.journal;
-            let record = |j: usize, found: SlotWrite| match found {
-                SlotWrite::Written { protection } => {
-                    let w = &group[j];
-                    journal.record(w.entry(&idx.object, w.expected, protection));
-                    written += 1;
+        // Inside the walk nothing may allocate: every answer and result has its room now.
+        let count: usize = touched
+            .iter()
+            .map(|&i| objects[i].named_slots().count())
+            .sum();
+        maps.reserve(count + 8);
+        let mut results: Vec<DirectWrites<'_>> =
+            touched.iter().map(|_| DirectWrites::default()).collect();
+        let listed: Vec<&crate::elf::LoadedObject> =
+            touched.iter().map(|&i| &*objects[i].object).collect();
+        let (sets, journal, canonical) = (&self.sets, &self.journal, &self.canonical);
+        let reached = visit(&listed, subs, &mut |k| {
+            write_direct(
+                sets,
+                journal,
+                canonical,
+                &maps,
+                &objects[touched[k]],
+                &mut results[k],
+            );
+        });
+        let mut written = 0;
+        for ((k, &i), done) in touched.iter().enumerate().zip(results) {
+            if !reached[k] {
+                planner[i] = true;
+                continue;
+            }
+            match finish_direct(&mut self.journal, &objects[i], done) {
+                Direct::Done(n) => {
+                    self.diag.direct_patches += 1;
+                    written += n;
                 }
-                SlotWrite::Mismatch { .. } => as_read = false,
-            };
-            // SAFETY: slots the index validated (aligned, inside the object), all on one page,
-            // of an object the caller's handle keeps loaded (and readable: they were just read);
-            // the caller holds the patch lock.
-            match unsafe { compare_and_write_page(&maps, group.len(), false, slot, record) } {
-                Ok(Ok(())) => {}
-                Ok(Err(left)) => group.iter().for_each(|w| left.log(name, w.slot.address)),
-                // The planner tries this page again and reports why it cannot be written.
-                Err(_) => as_read = false,
+                Direct::Planner(n) => {
+                    planner[i] = true;
+                    written += n;
+                }
             }
         }
-        if as_read {
-            Direct::Done(written)
-        } else {
-            Direct::Planner(written)
+        (written, planner)
+    }
+}
+
+/// Journal what [`write_direct`] wrote into `idx`, and report pages left writable.
+fn finish_direct(journal: &mut Journal, idx: &Arc<ObjectIndex>, done: DirectWrites<'_>) -> Direct {
+    for (w, protection) in &done.written {
+        journal.record(w.entry(&idx.object, w.expected, *protection));
+    }
+    for (left, address) in done.left_writable {
+        left.log(idx.object.display_name(), address);
+    }
+    let n = done.written.len();
+    if done.planner {
+        Direct::Planner(n)
+    } else {
+        Direct::Done(n)
+    }
+}
+
+/// What [`State::direct_case`] found.
+#[derive(PartialEq, Eq)]
+enum Case {
+    /// The batch planner must decide.
+    Planner,
+    /// Nothing hooked is imported: nothing to write.
+    Nothing,
+    /// Slots to read and decide.
+    Slots,
+}
+
+/// What [`write_direct`] did to one object, kept inline (it runs inside loader walks, where
+/// nothing may allocate): the plans written with the protection of their page, the pages left
+/// writable, and whether the planner must see the object after all.
+#[derive(Default)]
+struct DirectWrites<'s> {
+    written: SmallVec<[(Plan<'s>, region::Protection); MOST]>,
+    left_writable: SmallVec<[(crate::patch::LeftWritable, usize); MOST]>,
+    planner: bool,
+}
+
+/// Read, decide and write the common case of `idx` (see the module doc) into `done`, without
+/// allocating: the object is pinned, or listed under the loader's lock (inside a walk).
+fn write_direct<'s>(
+    sets: &'s [InstalledSet],
+    journal: &Journal,
+    canonical: &[Arc<ObjectIndex>],
+    maps: &ProtectionMap,
+    idx: &ObjectIndex,
+    done: &mut DirectWrites<'s>,
+) {
+    // Filled in place: a list of `MOST` plans moved out of a call is a kilobyte copied.
+    let mut writes = SmallVec::<[Plan<'s>; MOST]>::new();
+    if !direct_writes(sets, journal, canonical, maps, idx, &mut writes) {
+        done.planner = true;
+        return;
+    }
+    writes.sort_unstable_by_key(|w| w.slot.address);
+    let page_size = region::page::size();
+    let same_page = |a: &Plan, b: &Plan| {
+        page_start(a.slot.address, page_size) == page_start(b.slot.address, page_size)
+    };
+    for group in writes.chunk_by(same_page) {
+        let slot = |j: usize| {
+            let w = &group[j];
+            (w.slot.address, w.expected, w.replacement)
+        };
+        let mut as_read = true;
+        let record = |j: usize, found: SlotWrite| match found {
+            SlotWrite::Written { protection } => done.written.push((group[j], protection)),
+            SlotWrite::Mismatch { .. } => as_read = false,
+        };
+        // SAFETY: slots the index validated (aligned, inside the object), all on one page, of
+        // an object pinned or listed under the loader's lock (and readable: they were just
+        // read); the caller holds the patch lock.
+        match unsafe { compare_and_write_page(maps, group.len(), false, slot, record) } {
+            Ok(Ok(())) => {}
+            Ok(Err(left)) => done
+                .left_writable
+                .extend(group.iter().map(|w| (left, w.slot.address))),
+            // The planner tries this page again and reports why it cannot be written.
+            Err(_) => as_read = false,
         }
+        done.planner |= !as_read;
     }
 }
 

@@ -43,6 +43,9 @@ pub(super) struct Known {
     /// Left unindexed (excluded, or unreadable) although it may define a hooked function: while
     /// such an object is loaded, new objects' patches look for every missing original.
     hides: bool,
+    /// The link maps of the objects one `dlopen` of this one added with it (its new
+    /// dependencies), for the `dlclose` that removes them together; empty for most.
+    arrived_with: Box<[usize]>,
 }
 
 /// The known objects at one load bias: nearly always one (kept inline, no allocation per

@@ -16,6 +16,7 @@ use crate::hooks::loader::{object_at, Pin};
 use crate::hooks::resolver::matters;
 use crate::hooks::skip::{exclude_list, skip_reason, SkipReason};
 
+use super::direct::Direct;
 use super::{Known, State};
 
 /// What a sync found.
@@ -29,9 +30,32 @@ pub(super) struct Synced {
     pub complete: bool,
 }
 
+/// What [`State::admit_new`] took in: the new objects' indexes, and the pins taken for them.
+struct Admitted {
+    new: Vec<Arc<ObjectIndex>>,
+    pins: Vec<Option<Pin>>,
+    /// Every object was indexed (none left alone, unreadable or gone before it was read).
+    complete: bool,
+}
+
+/// How [`State::admit_new`] reads new objects.
+enum Reading {
+    /// Each pinned by name first (a few).
+    ByName,
+    /// From inside walks of the loader's list (`batch::index_listed`, no reference of our own):
+    /// many objects, where pinning each by name would cost O(N²).
+    InWalks,
+    /// Already indexed (`batch::index_after`); `None` entries are pinned by name.
+    Indexed(Vec<Option<Result<ObjectIndex>>>),
+}
+
 /// Up to this many new objects found by one sync are pinned by name before they are read; more
 /// are read from inside walks of the loader's list.
 const PIN_BEFORE_INDEX: usize = 64;
+
+/// A `dlopen` or `dlclose` that added or removed up to this many objects is handled from the
+/// object it opened or closed (see [`State::sync_opened`]); more take a whole sync.
+const MAX_GROUP: u64 = 256;
 
 impl State {
     /// The known object with this load bias and name.
@@ -111,6 +135,7 @@ impl State {
                 index: index.clone(),
                 link_map: 0,
                 hides,
+                arrived_with: Box::default(),
             });
         if link_map != 0 {
             self.learn_link_map(base, link_map);
@@ -189,6 +214,36 @@ impl State {
         for g in &gone {
             self.forget(g);
         }
+        let reading = if fresh.len() > PIN_BEFORE_INDEX {
+            Reading::InWalks
+        } else {
+            Reading::ByName
+        };
+        let Admitted {
+            new,
+            pins,
+            complete,
+        } = self.admit_new(fresh, &[], subs, reading);
+        all.extend(new.iter().cloned());
+        Synced {
+            all,
+            new,
+            pins,
+            complete,
+        }
+    }
+
+    /// Take objects new since the last sync into the cache: index each, or note why it is left
+    /// alone. `link_maps[i]`: object `i`'s link map when known. `reading` says how they are
+    /// read (see [`Reading`]); an object no walk could vouch for is pinned by name, and left
+    /// alone when it is gone. `subs`: the loader's removal counter the objects were listed at.
+    fn admit_new(
+        &mut self,
+        fresh: Vec<Arc<LoadedObject>>,
+        link_maps: &[usize],
+        subs: u64,
+        reading: Reading,
+    ) -> Admitted {
         let exclude = if fresh.is_empty() {
             Vec::new()
         } else {
@@ -198,9 +253,12 @@ impl State {
             .iter()
             .map(|o| skip_reason(o, &exclude).is_none())
             .collect();
-        // Many new objects: read them from inside walks of the loader's list.
-        let mut walked: Vec<Option<Result<ObjectIndex>>> = fresh.iter().map(|_| None).collect();
-        if fresh.len() > PIN_BEFORE_INDEX {
+        let in_walks = matches!(reading, Reading::InWalks);
+        let mut walked: Vec<Option<Result<ObjectIndex>>> = match reading {
+            Reading::Indexed(given) => given,
+            _ => fresh.iter().map(|_| None).collect(),
+        };
+        if in_walks {
             let listed: Vec<Arc<LoadedObject>> = fresh
                 .iter()
                 .zip(&readable)
@@ -215,11 +273,14 @@ impl State {
             }
         }
         let (mut new, mut pins, mut complete) = (Vec::new(), Vec::new(), true);
-        for ((obj, readable), walked) in fresh.into_iter().zip(readable).zip(walked) {
+        for (i, ((obj, readable), walked)) in
+            fresh.into_iter().zip(readable).zip(walked).enumerate()
+        {
+            let link_map = link_maps.get(i).copied().unwrap_or(0);
             let (index, pin) = if !readable {
-                (self.admit(obj, 0, &exclude), None)
+                (self.admit(obj, link_map, &exclude), None)
             } else if let Some(built) = walked {
-                (self.enter(obj, 0, Some(built), false), None)
+                (self.enter(obj, link_map, Some(built), false), None)
             } else {
                 let Some(pin) = Pin::object(&obj) else {
                     // Gone already, or not reachable by name: never read it.
@@ -227,19 +288,17 @@ impl State {
                     complete = false;
                     continue;
                 };
-                (self.admit(obj, 0, &exclude), Some(pin))
+                (self.admit(obj, link_map, &exclude), Some(pin))
             };
             match index {
                 Some(idx) => {
-                    all.push(idx.clone());
                     new.push(idx);
                     pins.push(pin);
                 }
                 None => complete = false,
             }
         }
-        Synced {
-            all,
+        Admitted {
             new,
             pins,
             complete,
@@ -297,25 +356,124 @@ impl State {
         if !self.room_to_sync() {
             return 0;
         }
-        if now.subs == last.subs && now.adds == last.adds.wrapping_add(1) && self.known.is_some() {
+        let added = now.adds.wrapping_sub(last.adds);
+        if now.subs == last.subs && (1..=MAX_GROUP).contains(&added) && self.known.is_some() {
             // SAFETY: the caller holds `handle` open for the whole call.
             let pin = unsafe { Pin::borrowed(handle) };
             if let Some((obj, link_map)) = pin.describe() {
                 if self.find_known(obj.base, &obj.name).is_none() {
-                    // One object was added since the last sync and this one is new: it is that
-                    // object.
-                    self.diag.quick_scans += 1;
-                    self.last_counters = now;
-                    let exclude = exclude_list();
-                    let patched = match self.admit(Arc::new(obj), link_map, &exclude) {
-                        Some(idx) if matters(&idx) => self.patch_opened(idx, pin),
-                        _ => 0,
+                    if added == 1 {
+                        // One object was added since the last sync and this one is new: it is
+                        // that object.
+                        self.diag.quick_scans += 1;
+                        self.last_counters = now;
+                        let exclude = exclude_list();
+                        return match self.admit(Arc::new(obj), link_map, &exclude) {
+                            Some(idx) if matters(&idx) => self.patch_opened(idx, pin),
+                            _ => 0,
+                        };
+                    }
+                    // Several: the opened object was added first, its new dependencies after
+                    // it, at the end of its namespace's list. When exactly `added - 1` new
+                    // objects follow it there, they are the rest.
+                    // SAFETY: the caller holds `handle`, hence its link map, live.
+                    let rest = unsafe {
+                        batch::index_after(link_map, added as usize - 1, &self.wanted, now.subs)
                     };
-                    return patched;
+                    if let Some(rest) = rest.filter(|(rest, _)| {
+                        rest.iter()
+                            .all(|(o, _)| self.find_known(o.base, &o.name).is_none())
+                    }) {
+                        return self.opened_group(obj, link_map, pin, rest, now);
+                    }
                 }
             }
         }
         self.sync_until_stable()
+    }
+
+    /// The `dlopen` fast path for several new objects: `first` (opened through `pin`, whose
+    /// link map is `link_map`) and `rest`, the objects the loader listed after it, all new, as
+    /// `batch::index_after` found and indexed them. The rest have no reference of ours: they
+    /// are patched from inside walks of the loader's list (a step per loaded object each, not a
+    /// copy of the whole list).
+    fn opened_group(
+        &mut self,
+        first: LoadedObject,
+        link_map: usize,
+        pin: Pin,
+        (rest, indexes): batch::IndexedAfter,
+        now: elf::LoadCounters,
+    ) -> usize {
+        self.diag.group_scans += 1;
+        self.last_counters = now;
+        let exclude = exclude_list();
+        let base = first.base;
+        let head = self.admit(Arc::new(first), link_map, &exclude);
+        let (rest, maps): (Vec<_>, Vec<usize>) = rest.into_iter().unzip();
+        if let Some(k) = self.known_by_link_map(base, link_map) {
+            k.arrived_with = maps.clone().into_boxed_slice();
+        }
+        let Admitted {
+            new,
+            pins,
+            mut complete,
+        } = self.admit_new(rest, &maps, now.subs, Reading::Indexed(indexes));
+        if self.sets.is_empty() {
+            return 0;
+        }
+        if head.is_none() {
+            complete = false;
+        }
+        // The opened object through its handle, the rest from inside one walk, directly when
+        // they are the common case; the planner gets what is left, with the pins there are.
+        let mark = self.journal.mark();
+        let (mut leftover, mut held) = (Vec::new(), Vec::new());
+        let mut patched = 0;
+        let mut touched = Vec::with_capacity(new.len() + 1);
+        if let Some(idx) = head.filter(|i| matters(i)) {
+            match self.patch_direct(&idx) {
+                Direct::Done(n) => {
+                    self.diag.direct_patches += 1;
+                    patched += n;
+                }
+                Direct::Planner(n) => {
+                    patched += n;
+                    leftover.push(idx.clone());
+                    held.push(Some(pin));
+                }
+            }
+            touched.push(idx);
+        }
+        let (rest, mut rest_pins): (Vec<_>, Vec<_>) = new
+            .into_iter()
+            .zip(pins)
+            .filter(|(i, _)| matters(i))
+            .unzip();
+        let (n, planner) = self.patch_followers_direct(&rest, now.subs);
+        patched += n;
+        for (i, idx) in rest.iter().enumerate() {
+            if planner[i] {
+                leftover.push(idx.clone());
+                held.push(rest_pins[i].take());
+            }
+        }
+        touched.extend(rest);
+        if !leftover.is_empty() {
+            let mut batch = Batch::with_pins(leftover, held, now.subs);
+            patched += self.patch_batch_new(&mut batch, complete);
+        }
+        self.note_late_constructors(&touched, mark);
+        patched
+    }
+
+    /// The known object at `base` whose link map is `link_map`.
+    fn known_by_link_map(&mut self, base: usize, link_map: usize) -> Option<&mut Known> {
+        self.known
+            .as_mut()?
+            .get_mut(&base)?
+            .iter_mut()
+            .find(|k| k.link_map == link_map)
     }
 
     /// The `dlclose` fast path (see [`super::sync_closed`]); `now` as for
@@ -323,29 +481,50 @@ impl State {
     /// the list again either.
     pub(super) fn sync_closed(&mut self, link_map: usize, now: elf::LoadCounters) -> usize {
         let last = self.last_counters;
-        if now.adds == last.adds && now.subs == last.subs.wrapping_add(1) {
-            let obj = self
-                .by_link_map
-                .as_ref()
-                .and_then(|m| m.get(&link_map))
-                .and_then(|&base| self.known.as_ref()?.get(&base))
-                .and_then(|v| v.iter().find(|k| k.link_map == link_map))
-                .map(|k| k.object.clone());
-            if let Some(obj) = obj {
-                let probe = obj.segments().next().map(|(start, _, _)| start);
-                // Gone when no object covers its first segment any more, or another one does.
-                let gone = probe
-                    .and_then(object_at)
-                    .is_some_and(|found| found != Some(link_map));
-                if gone {
-                    self.diag.quick_scans += 1;
-                    self.forget(&obj);
+        let removed = now.subs.wrapping_sub(last.subs);
+        if now.adds == last.adds && (1..=MAX_GROUP).contains(&removed) {
+            if let Some((obj, arrived_with)) = self.gone_by_link_map(link_map) {
+                // It and, when several went, those that arrived with it and are gone too.
+                let mut gone: smallvec::SmallVec<[Arc<LoadedObject>; 4]> = smallvec::smallvec![obj];
+                if removed > 1 {
+                    gone.extend(
+                        arrived_with
+                            .iter()
+                            .filter_map(|&m| self.gone_by_link_map(m).map(|(o, _)| o)),
+                    );
+                }
+                if gone.len() as u64 == removed {
+                    if removed == 1 {
+                        self.diag.quick_scans += 1;
+                    } else {
+                        self.diag.group_scans += 1;
+                    }
+                    for obj in &gone {
+                        self.forget(obj);
+                    }
                     self.last_counters = now;
                     return 0;
                 }
             }
         }
         self.sync_until_stable()
+    }
+
+    /// The known object whose link map is `link_map`, with the link maps of those that arrived
+    /// with it, when glibc confirms it is unloaded: no object covers its first segment any
+    /// more, or another one does.
+    fn gone_by_link_map(&self, link_map: usize) -> Option<(Arc<LoadedObject>, Box<[usize]>)> {
+        let k = self
+            .by_link_map
+            .as_ref()
+            .and_then(|m| m.get(&link_map))
+            .and_then(|&base| self.known.as_ref()?.get(&base))
+            .and_then(|v| v.iter().find(|k| k.link_map == link_map))?;
+        let probe = k.object.segments().next().map(|(start, _, _)| start);
+        let gone = probe
+            .and_then(object_at)
+            .is_some_and(|found| found != Some(link_map));
+        gone.then(|| (k.object.clone(), k.arrived_with.clone()))
     }
 
     /// Take a snapshot of the loaded objects and sync with it: unloaded objects are forgotten,

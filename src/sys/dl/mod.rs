@@ -48,6 +48,45 @@ const _: () = {
     assert!(offset_of!(LinkMap, l_prev) == 32);
 };
 
+/// An object the loader lists after another one (see [`listed_after`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Next {
+    /// Its `struct link_map`.
+    pub map: usize,
+    /// Load bias.
+    pub base: usize,
+    /// The name the loader recorded (`dlpi_name` of the walk is this very pointer).
+    pub name: *const c_char,
+}
+
+/// Fill `out` with the objects listed after `map` in its namespace's list, in order, and say
+/// whether exactly `count` follow it (then the list ends with them). Never grows `out` past
+/// `count`, and allocates nothing when `out` has room for `count`.
+///
+/// # Safety
+/// Called from inside an [`iterate`] walk (the loader holds its list lock, so no entry is
+/// added or unlinked meanwhile), with `map` the link map of an object that stays loaded.
+pub(crate) unsafe fn listed_after(map: *const LinkMap, count: usize, out: &mut Vec<Next>) -> bool {
+    // SAFETY: a live link map (caller's contract); its public `l_next` field.
+    let mut next = unsafe { (*map).l_next };
+    while !next.is_null() {
+        if out.len() == count {
+            return false;
+        }
+        // SAFETY: an entry of the loader's list, which cannot change while the walk holds
+        // its lock.
+        let (base, name) = unsafe { ((*next).l_addr, (*next).l_name) };
+        out.push(Next {
+            map: next as usize,
+            base,
+            name,
+        });
+        // SAFETY: as above.
+        next = unsafe { (*next).l_next };
+    }
+    out.len() == count
+}
+
 /// A loader handle: `RTLD_DEFAULT`, or one `dlopen` returned.
 pub(crate) type Handle = *mut c_void;
 

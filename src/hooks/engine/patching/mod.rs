@@ -31,6 +31,7 @@ use matching::Hits;
 type SetHooks = (u64, Arc<[Hook]>, Arc<[u32]>, Arc<[(u32, u32)]>);
 
 /// One slot write decided before any write is made.
+#[derive(Clone, Copy)]
 pub(super) struct Plan<'h> {
     pub set_id: u64,
     /// Position of the object in its batch.
