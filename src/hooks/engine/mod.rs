@@ -7,6 +7,7 @@
 //! loaded, written without the planner). The public operations below are built from them.
 
 mod direct;
+mod opened;
 mod operation;
 mod patching;
 mod sets;

@@ -1,0 +1,214 @@
+//! The `dlopen`/`dlclose` fast paths: what one call added or removed, handled from the object
+//! it opened or closed (its handle, the objects the loader listed after it, the objects that
+//! arrived with it), without a copy of the loader's whole list. Anything they cannot vouch for
+//! takes a whole sync (`sync.rs`).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use crate::elf::{self, LoadedObject};
+
+use crate::hooks::batch::{self, Batch};
+use crate::hooks::loader::{object_at, Pin};
+use crate::hooks::resolver::matters;
+use crate::hooks::skip::exclude_list;
+
+use super::direct::Direct;
+use super::sync::{Admitted, Reading};
+use super::{Known, State};
+
+/// A `dlopen` or `dlclose` that added or removed up to this many objects is handled from the
+/// object it opened or closed (see [`State::sync_opened`]); more take a whole sync.
+const MAX_GROUP: u64 = 256;
+
+impl State {
+    /// The `dlopen` fast path (see [`super::sync_opened`]). `now`: the loader's counters
+    /// read after the real `dlopen` returned (before this operation began: a lower bound of
+    /// the present ones, which is all the fast path needs). Taken, it does not walk the list
+    /// again for objects added since `now`: those were loaded by other threads, whose own
+    /// loader calls sync once this operation ends, or past the interposers, which the next
+    /// loader call or sync sees (as it would have had they been loaded a moment later).
+    ///
+    /// # Safety
+    /// As [`super::sync_opened`].
+    #[allow(unsafe_code)]
+    pub(super) unsafe fn sync_opened(
+        &mut self,
+        handle: *mut c_void,
+        now: elf::LoadCounters,
+    ) -> usize {
+        let last = self.last_counters;
+        if !self.room_to_sync() {
+            return 0;
+        }
+        let added = now.adds.wrapping_sub(last.adds);
+        if now.subs == last.subs && (1..=MAX_GROUP).contains(&added) && self.known.is_some() {
+            // SAFETY: the caller holds `handle` open for the whole call.
+            let pin = unsafe { Pin::borrowed(handle) };
+            if let Some((obj, link_map)) = pin.describe() {
+                if self.find_known(obj.base, &obj.name).is_none() {
+                    if added == 1 {
+                        // One object was added since the last sync and this one is new: it is
+                        // that object.
+                        self.diag.quick_scans += 1;
+                        self.last_counters = now;
+                        let exclude = exclude_list();
+                        return match self.admit(Arc::new(obj), link_map, &exclude) {
+                            Some(idx) if matters(&idx) => self.patch_opened(idx, pin),
+                            _ => 0,
+                        };
+                    }
+                    // Several: the opened object was added first, its new dependencies after
+                    // it, at the end of its namespace's list. When exactly `added - 1` new
+                    // objects follow it there, they are the rest.
+                    // SAFETY: the caller holds `handle`, hence its link map, live.
+                    let rest = unsafe {
+                        batch::index_after(link_map, added as usize - 1, &self.wanted, now.subs)
+                    };
+                    if let Some(rest) = rest.filter(|(rest, _)| {
+                        rest.iter()
+                            .all(|(o, _)| self.find_known(o.base, &o.name).is_none())
+                    }) {
+                        return self.opened_group(obj, link_map, pin, rest, now);
+                    }
+                }
+            }
+        }
+        self.sync_until_stable()
+    }
+
+    /// The `dlopen` fast path for several new objects: `first` (opened through `pin`, whose
+    /// link map is `link_map`) and `rest`, the objects the loader listed after it, all new, as
+    /// `batch::index_after` found and indexed them. The rest have no reference of ours: they
+    /// are patched from inside walks of the loader's list (a step per loaded object each, not a
+    /// copy of the whole list).
+    fn opened_group(
+        &mut self,
+        first: LoadedObject,
+        link_map: usize,
+        pin: Pin,
+        (rest, indexes): batch::IndexedAfter,
+        now: elf::LoadCounters,
+    ) -> usize {
+        self.diag.group_scans += 1;
+        self.last_counters = now;
+        let exclude = exclude_list();
+        let base = first.base;
+        let head = self.admit(Arc::new(first), link_map, &exclude);
+        let (rest, maps): (Vec<_>, Vec<usize>) = rest.into_iter().unzip();
+        if let Some(k) = self.known_by_link_map(base, link_map) {
+            k.arrived_with = maps.clone().into_boxed_slice();
+        }
+        let Admitted {
+            new,
+            pins,
+            mut complete,
+        } = self.admit_new(rest, &maps, now.subs, Reading::Indexed(indexes));
+        if self.sets.is_empty() {
+            return 0;
+        }
+        if head.is_none() {
+            complete = false;
+        }
+        // The opened object through its handle, the rest from inside one walk, directly when
+        // they are the common case; the planner gets what is left, with the pins there are.
+        let mark = self.journal.mark();
+        let (mut leftover, mut held) = (Vec::new(), Vec::new());
+        let mut patched = 0;
+        let mut touched = Vec::with_capacity(new.len() + 1);
+        if let Some(idx) = head.filter(|i| matters(i)) {
+            match self.patch_direct(&idx) {
+                Direct::Done(n) => {
+                    self.diag.direct_patches += 1;
+                    patched += n;
+                }
+                Direct::Planner(n) => {
+                    patched += n;
+                    leftover.push(idx.clone());
+                    held.push(Some(pin));
+                }
+            }
+            touched.push(idx);
+        }
+        let (rest, mut rest_pins): (Vec<_>, Vec<_>) = new
+            .into_iter()
+            .zip(pins)
+            .filter(|(i, _)| matters(i))
+            .unzip();
+        let (n, planner) = self.patch_followers_direct(&rest, now.subs);
+        patched += n;
+        for (i, idx) in rest.iter().enumerate() {
+            if planner[i] {
+                leftover.push(idx.clone());
+                held.push(rest_pins[i].take());
+            }
+        }
+        touched.extend(rest);
+        if !leftover.is_empty() {
+            let mut batch = Batch::with_pins(leftover, held, now.subs);
+            patched += self.patch_batch_new(&mut batch, complete);
+        }
+        self.note_late_constructors(&touched, mark);
+        patched
+    }
+
+    /// The known object at `base` whose link map is `link_map`.
+    fn known_by_link_map(&mut self, base: usize, link_map: usize) -> Option<&mut Known> {
+        self.known
+            .as_mut()?
+            .get_mut(&base)?
+            .iter_mut()
+            .find(|k| k.link_map == link_map)
+    }
+
+    /// The `dlclose` fast path (see [`super::sync_closed`]); `now` as for
+    /// [`State::sync_opened`], read after the real `dlclose` returned. Taken, it does not walk
+    /// the list again either.
+    pub(super) fn sync_closed(&mut self, link_map: usize, now: elf::LoadCounters) -> usize {
+        let last = self.last_counters;
+        let removed = now.subs.wrapping_sub(last.subs);
+        if now.adds == last.adds && (1..=MAX_GROUP).contains(&removed) {
+            if let Some((obj, arrived_with)) = self.gone_by_link_map(link_map) {
+                // It and, when several went, those that arrived with it and are gone too.
+                let mut gone: smallvec::SmallVec<[Arc<LoadedObject>; 4]> = smallvec::smallvec![obj];
+                if removed > 1 {
+                    gone.extend(
+                        arrived_with
+                            .iter()
+                            .filter_map(|&m| self.gone_by_link_map(m).map(|(o, _)| o)),
+                    );
+                }
+                if gone.len() as u64 == removed {
+                    if removed == 1 {
+                        self.diag.quick_scans += 1;
+                    } else {
+                        self.diag.group_scans += 1;
+                    }
+                    for obj in &gone {
+                        self.forget(obj);
+                    }
+                    self.last_counters = now;
+                    return 0;
+                }
+            }
+        }
+        self.sync_until_stable()
+    }
+
+    /// The known object whose link map is `link_map`, with the link maps of those that arrived
+    /// with it, when glibc confirms it is unloaded: no object covers its first segment any
+    /// more, or another one does.
+    fn gone_by_link_map(&self, link_map: usize) -> Option<(Arc<LoadedObject>, Box<[usize]>)> {
+        let k = self
+            .by_link_map
+            .as_ref()
+            .and_then(|m| m.get(&link_map))
+            .and_then(|&base| self.known.as_ref()?.get(&base))
+            .and_then(|v| v.iter().find(|k| k.link_map == link_map))?;
+        let probe = k.object.segments().next().map(|(start, _, _)| start);
+        let gone = probe
+            .and_then(object_at)
+            .is_some_and(|found| found != Some(link_map));
+        gone.then(|| (k.object.clone(), k.arrived_with.clone()))
+    }
+}
