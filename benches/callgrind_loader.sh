@@ -2,7 +2,8 @@
 # Instructions cuhook's loader path costs, counted with callgrind (deterministic, so it can be
 # re-checked on any machine; the timed figures come from `cargo bench --bench dlopen|install`):
 #
-#  - `dlopen`+`dlclose` of a library not loaded yet, and of one already loaded: instructions
+#  - `dlopen`+`dlclose` of a library not loaded yet (alone, k = 1, or bringing k - 1 new
+#    dependencies, for each k of NEW, default "1 2 10"), and of one already loaded: instructions
 #    counted inside the fixture's dlcaller_open/dlcaller_close (so the real loader's work is in
 #    both sides), hooked minus plain, per pair. Each figure is a slope between two numbers of
 #    pairs per round, so start-up, the install of the set and the warm-up rounds cancel.
@@ -10,7 +11,7 @@
 #
 #   benches/callgrind_loader.sh [N...]   dlopen with N loaded libraries (default 50), install at
 #                                        each N of INSTALL_N (default "300 1000")
-# Environment: BENCH_SET (default cuda: the ~80 names a preloaded libcuhook.so installs; "bench"
+# Environment: NEW (the k values), BENCH_SET (default cuda: the ~80 names a preloaded libcuhook.so installs; "bench"
 # for the two-hook set), DLOPEN_BIN / INSTALL_BIN (bench binaries to count, e.g. built from an
 # older commit; default: built here), INSTALL_N.
 set -eu
@@ -36,20 +37,20 @@ total() {
     rm -f "$f"
 }
 # Instructions inside the fixture's open/close wrappers in one dlopen bench run.
-# count SIDE ONLY VAR VALUE OBJECTS
+# count SIDE ONLY VAR VALUE OBJECTS [K]
 count() {
     (
         export BENCH_SET="$set_name" BENCH_SIDE="$1" BENCH_ONLY="$2" "$3=$4"
         total --toggle-collect=dlcaller_open --toggle-collect=dlcaller_close \
-            "$dl" --objects "$5" --maps 0 --rounds "$rounds"
+            "$dl" --objects "$5" --maps 0 --new "${6:-1}" --rounds "$rounds"
     )
 }
 # Hooked minus plain per pair. Both runs make the same pairs (a plain and a hooked warm-up round,
 # then `rounds` of their own side), so their difference is rounds x pairs x (hooked - plain).
-# added ONLY VAR A B OBJECTS
+# added ONLY VAR A B OBJECTS [K]
 added() {
-    ha=$(count hooked "$1" "$2" "$3" "$5"); hb=$(count hooked "$1" "$2" "$4" "$5")
-    pa=$(count plain "$1" "$2" "$3" "$5"); pb=$(count plain "$1" "$2" "$4" "$5")
+    ha=$(count hooked "$1" "$2" "$3" "$5" "${6:-1}"); hb=$(count hooked "$1" "$2" "$4" "$5" "${6:-1}")
+    pa=$(count plain "$1" "$2" "$3" "$5" "${6:-1}"); pb=$(count plain "$1" "$2" "$4" "$5" "${6:-1}")
     echo $(( ((hb - ha) - (pb - pa)) / (($4 - $3) * rounds) ))
 }
 # Instructions of one install child's install (or uninstall).
@@ -61,11 +62,14 @@ once() {
     )
 }
 
-echo "instructions cuhook adds per dlopen+dlclose pair (set: ${BENCH_SET:-cuda})"
-printf '%-16s %16s %16s\n' "loaded objects" "new library" "loaded library"
+echo "instructions cuhook adds per dlopen+dlclose pair (set: ${BENCH_SET:-cuda}); new library bringing k objects"
+printf '%-16s' "loaded objects"
+for k in ${NEW-1 2 10}; do printf '%16s' "new, k=$k"; done
+printf '%16s\n' "loaded library"
 for n in "$@"; do
-    printf '%-16s %16s %16s\n' "$n" "$(added new BENCH_PAIRS 20 60 "$n")" \
-        "$(added loaded BENCH_LOADED_PAIRS 1000 3000 "$n")"
+    printf '%-16s' "$n"
+    for k in ${NEW-1 2 10}; do printf '%16s' "$(added new BENCH_PAIRS 10 30 "$n" "$k")"; done
+    printf '%16s\n' "$(added loaded BENCH_LOADED_PAIRS 1000 3000 "$n")"
 done
 echo "instructions of the first install of the set, and of its uninstall"
 printf '%-16s %16s %16s\n' "libraries" "install" "uninstall"

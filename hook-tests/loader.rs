@@ -218,7 +218,23 @@ fn one_new_object_is_handled_without_a_walk() {
 
         // libplugin_dep.so brings libdep.so: two new objects, found after the opened one in
         // the loader's list (no copy of the whole list), both patched, both forgotten at the
-        // dlclose that unloads them together.
+        // dlclose that unloads them together. First a slot of target_mul is patched (so its
+        // hook is live: the direct write's condition), and the process made big enough that
+        // proving a dependency is in the opened library's scope costs less than a walk (a few
+        // dozen copies of libplugin.so, each a distinct object to the loader).
+        let leaf = open(path("libgroup_leaf.so").as_ptr(), libc::RTLD_NOW);
+        assert!(!leaf.is_null());
+        let copies =
+            std::env::temp_dir().join(format!("cuhook-loader-copies-{}", std::process::id()));
+        std::fs::create_dir_all(&copies).unwrap();
+        for i in 0..40 {
+            let copy = copies.join(format!("libplugin_copy{i}.so"));
+            std::fs::copy(dir.join("libplugin.so"), &copy).unwrap();
+            let copy = CString::new(copy.to_str().unwrap()).unwrap();
+            assert!(!open(copy.as_ptr(), libc::RTLD_NOW).is_null());
+        }
+        let _ = std::fs::remove_dir_all(&copies);
+        let lazy = cuhook::hooks::diagnostics();
         type Call2 = Call;
         for round in 0..3 {
             let h = open(path("libplugin_dep.so").as_ptr(), libc::RTLD_NOW);
@@ -243,6 +259,15 @@ fn one_new_object_is_handled_without_a_walk() {
         assert_eq!(
             group.rescans, lazy.rescans,
             "a whole sync was taken: {group}"
+        );
+        // The dependency (the library itself imports nothing hooked) is proven to be in the
+        // library's scope (a `dlsym` of `dep_call` through its handle lands in it), so the
+        // handle keeps it loaded, and it is written directly: no walk, no batch planner.
+        assert_eq!(group.direct_patches, lazy.direct_patches + 3, "{group}");
+        assert_eq!(
+            group.dependencies_in_scope,
+            lazy.dependencies_in_scope + 3,
+            "{group}"
         );
 
         // The dependency held on its own: the dlclose of the library unloads it alone (one

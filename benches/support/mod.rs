@@ -64,6 +64,10 @@ __attribute__((visibility("default"))) int bench_pair(void) {
     if (cuMemAllocAsync(&p, 64, 0)) return -1;
     return cuMemFreeAsync(p, 0);
 }
+#ifdef BENCH_DEP
+/* A dependency's own export (every library exports names of its own). */
+__attribute__((visibility("default"))) int BENCH_DEP(void) { return 0; }
+#endif
 "#;
 
 fn fixtures() -> PathBuf {
@@ -119,35 +123,41 @@ pub fn libraries(count: usize) -> Vec<PathBuf> {
 }
 
 /// A library that brings `count - 1` new dependencies of its own when opened (`count` objects
-/// in all; copies of the bench library named `libbench_dep<count>_<j>.so`, found through the
-/// top library's `$ORIGIN` run path). `count == 1` is a plain copy. Built once per count.
+/// in all; the bench library, each dependency with one export of its own as real libraries
+/// have, named `libbench_dep<count>_<j>.so` and found through the top library's `$ORIGIN` run
+/// path). Built once per count.
 pub fn group(count: usize) -> PathBuf {
     let dir = lib_dir();
-    let proto = libraries(1).remove(0).with_file_name("libbench_proto.so");
+    let source = libraries(1).remove(0).with_file_name("bench_lib.c");
     let top = dir.join(format!("libbench_top{count}.so"));
     if top.exists() {
         return top;
     }
-    let mut cc = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
-    cc.args(["-O1", "-shared", "-fPIC", "-o"])
-        .arg(&top)
-        .arg(dir.join("bench_lib.c"))
-        .arg(format!("-L{}", dir.display()))
-        .arg("-Wl,--no-as-needed");
+    let fx = fixtures();
+    let compile = |out: &Path, extra: &[String]| {
+        let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-O1", "-shared", "-fPIC", "-o"])
+            .arg(out)
+            .arg(&source)
+            .args(extra)
+            .arg(format!("-L{}", fx.display()))
+            .arg("-l:libcuda.so.1")
+            .arg(format!("-Wl,-rpath,{}", fx.display()))
+            .status()
+            .expect("run cc");
+        assert!(status.success(), "cc failed building {}", out.display());
+    };
+    let mut needed = vec![format!("-L{}", dir.display()), "-Wl,--no-as-needed".into()];
     for j in 1..count {
         let name = format!("libbench_dep{count}_{j}.so");
-        std::fs::copy(&proto, dir.join(&name)).expect("copy bench library");
-        cc.arg(format!("-l:{name}"));
+        compile(
+            &dir.join(&name),
+            &[format!("-DBENCH_DEP=bench_dep{count}_{j}")],
+        );
+        needed.push(format!("-l:{name}"));
     }
-    let fx = fixtures();
-    let status = cc
-        .arg(format!("-L{}", fx.display()))
-        .arg("-l:libcuda.so.1")
-        .arg("-Wl,-rpath,$ORIGIN")
-        .arg(format!("-Wl,-rpath,{}", fx.display()))
-        .status()
-        .expect("run cc");
-    assert!(status.success(), "cc failed building {}", top.display());
+    needed.push("-Wl,-rpath,$ORIGIN".into());
+    compile(&top, &needed);
     top
 }
 

@@ -23,5 +23,6 @@ pub use notes::build_id;
 pub use protection::{letters, CheckedSpan, ProtectionMap};
 pub use room::Full;
 pub use snapshot::{counters, listed_after, snapshot, LoadCounters, LoadedObject, Snapshot};
+pub(crate) use symbols::exported_names;
 pub use symbols::{defines, defines_unversioned};
 pub use wanted::{gnu_hash, WantedNames};

@@ -85,6 +85,9 @@ pub struct Diagnostics {
     /// the new dependencies it brought) handled from the opened or closed object alone: the
     /// objects listed after it, without a copy of the loader's whole list.
     pub group_scans: u64,
+    /// New dependencies of such a `dlopen` proven to be in the opened object's scope (its
+    /// handle keeps them loaded), patched as it is rather than from inside a walk.
+    pub dependencies_in_scope: u64,
     /// Objects a `dlopen` loaded that were patched directly (every hook they import already
     /// live, each slot bound to its original, bound at load time), without the batch planner.
     pub direct_patches: u64,
@@ -168,13 +171,14 @@ impl std::fmt::Display for Diagnostics {
         }
         writeln!(
             f,
-            "counters resolver_races={} rechecked_slots={} objects_indexed={} rescans={} quick_scans={} group_scans={} direct_patches={} chained_slots={} deferred_scans={} deferred_for_memory={} pinned_by_name={} constructors_before_patch={}",
+            "counters resolver_races={} rechecked_slots={} objects_indexed={} rescans={} quick_scans={} group_scans={} dependencies_in_scope={} direct_patches={} chained_slots={} deferred_scans={} deferred_for_memory={} pinned_by_name={} constructors_before_patch={}",
             self.resolver_races,
             self.rechecked_slots,
             self.objects_indexed,
             self.rescans,
             self.quick_scans,
             self.group_scans,
+            self.dependencies_in_scope,
             self.direct_patches,
             self.chained_slots,
             self.deferred_scans,
@@ -203,6 +207,7 @@ impl Diagnostics {
             rescans: 0,
             quick_scans: 0,
             group_scans: 0,
+            dependencies_in_scope: 0,
             direct_patches: 0,
             chained_slots: 0,
             deferred_scans: 0,

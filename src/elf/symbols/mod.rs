@@ -2,8 +2,8 @@
 //! loader does for each object of a scope, needed to emulate `dlsym(RTLD_NEXT, …)` for a caller
 //! that is not cuhook.
 
-use goblin::elf::section_header::SHN_UNDEF;
-use goblin::elf::sym::{st_bind, st_type, STB_GLOBAL, STB_WEAK, STT_TLS};
+use goblin::elf::section_header::{SHN_LORESERVE, SHN_UNDEF};
+use goblin::elf::sym::{st_bind, st_type, STB_GLOBAL, STB_WEAK, STT_FUNC, STT_OBJECT, STT_TLS};
 use goblin::elf64::sym::Sym;
 
 use super::dynamic::DynamicTables;
@@ -84,6 +84,69 @@ fn defines_with(obj: &LoadedObject, name: &str, wanted: Wanted<'_>) -> bool {
         return lookup_sysv(&img, h, name.as_bytes(), matches);
     }
     false
+}
+
+/// Symbols [`exported_names`] looks at before it gives up.
+const EXPORT_SEARCH: usize = 64;
+
+/// Names `obj` defines and exports, from its GNU hash table (which holds only definitions), in
+/// table order, to `found` until it returns false: global (not weak: a weak definition is
+/// often one of many, such as a C++ template's), non-TLS functions and objects of the default
+/// version, defined in a section of the object. A `dlsym` through a handle whose scope holds
+/// `obj` finds such a name in it unless an object earlier in that scope defines the name too.
+/// Reads nothing but the object's own tables and allocates nothing (it runs inside loader
+/// walks).
+pub(crate) fn exported_names(obj: &LoadedObject, found: &mut dyn FnMut(&[u8]) -> bool) {
+    let img = Image::new(obj);
+    let Ok(Some(t)) = DynamicTables::read_in(&img) else {
+        return;
+    };
+    let Some(table) = t.gnu_hash.and_then(|at| GnuTable::read(&img, at)) else {
+        return;
+    };
+    if t.symtab == 0 {
+        return;
+    }
+    let mut seen = 0;
+    for b in 0..table.nbuckets as usize {
+        let Some(mut index) = table.bucket(&img, b) else {
+            return;
+        };
+        if index == 0 || index < table.symoffset {
+            continue;
+        }
+        loop {
+            seen += 1;
+            if seen > EXPORT_SEARCH {
+                return;
+            }
+            let Some(sym) = t.sym_addr(index as usize).and_then(|a| img.read::<Sym>(a)) else {
+                return;
+            };
+            let kind = st_type(sym.st_info);
+            let default_version = t
+                .versym_addr(index as usize)
+                .and_then(|a| img.read::<u16>(a))
+                .is_none_or(|vs| vs & 0x8000 == 0);
+            let in_section =
+                sym.st_shndx as u32 != SHN_UNDEF && (sym.st_shndx as u32) < SHN_LORESERVE;
+            if in_section
+                && st_bind(sym.st_info) == STB_GLOBAL
+                && (kind == STT_FUNC || kind == STT_OBJECT)
+                && sym.st_value != 0
+                && default_version
+            {
+                let name = t.string(&img, sym.st_name as usize).unwrap_or_default();
+                if !name.is_empty() && !found(name) {
+                    return;
+                }
+            }
+            match table.chain(&img, index) {
+                Some(word) if word & 1 == 0 => index = index.saturating_add(1),
+                _ => break,
+            }
+        }
+    }
 }
 
 /// The dynamic-symbol indexes whose names are in `names`, each with its name's position among

@@ -142,3 +142,41 @@ fn bloom_filter_passes_every_hashed_symbol_and_turns_others_away() {
         "the filter refused {refused} of {tried}"
     );
 }
+
+/// The names offered to prove a dependency is in a handle's scope are each the object's own
+/// default-version global definition, the loader agrees (`dlsym` in the object's scope lands
+/// in it), and the list stops when the visitor says so.
+#[test]
+#[allow(unsafe_code)]
+fn exported_names_are_the_objects_own_definitions() {
+    let snap = snapshot();
+    let libc = snap
+        .objects
+        .iter()
+        .find(|o| o.name.contains("libc.so"))
+        .expect("libc loaded");
+    let mut names = Vec::new();
+    exported_names(libc, &mut |n| {
+        names.push(String::from_utf8(n.to_vec()).unwrap());
+        names.len() < 4
+    });
+    assert_eq!(names.len(), 4, "libc exports hundreds of names: {names:?}");
+    for n in &names {
+        assert!(defines(libc, n, None), "{n} is not libc's own definition");
+        let c = std::ffi::CString::new(n.as_str()).unwrap();
+        let handle =
+            crate::sys::dl::open_loaded(Some(&std::ffi::CString::new(libc.name.as_str()).unwrap()))
+                .expect("libc by name");
+        // SAFETY: our own reference to libc, closed below; a NUL-terminated name.
+        let at = unsafe { crate::sys::dl::lookup(handle, &c, None) };
+        // SAFETY: the reference taken above, given back once.
+        unsafe { crate::sys::dl::close(handle) };
+        assert!(libc.contains(at), "dlsym({n}) = {at:#x} is not in libc");
+    }
+    // The main program imports from libc but exports nothing of this kind through a GNU hash
+    // table, or only its own names.
+    exported_names(&snap.objects[0], &mut |n| {
+        assert!(!names.iter().any(|x| x.as_bytes() == n), "{n:?} is libc's");
+        true
+    });
+}

@@ -3,6 +3,7 @@
 //! ([`index_listed`]), or the new dependencies one `dlopen` brought ([`index_after`]).
 #![allow(unsafe_code)]
 
+use std::ffi::CString;
 use std::sync::Arc;
 
 use crate::elf::{IndexFailure, IndexRoom, Indexed, LoadedObject, ObjectIndex, WantedNames};
@@ -69,17 +70,26 @@ pub(crate) fn index_listed(
 const AFTER_ENTRIES: usize = 128;
 const AFTER_NAME_BYTES: usize = 4096;
 
-/// The objects [`index_after`] found, with their link maps, and each one's index as
-/// [`index_listed`] gives it.
-pub(crate) type IndexedAfter = (
-    Vec<(Arc<LoadedObject>, usize)>,
-    Vec<Option<Result<ObjectIndex>>>,
-);
+/// Exported names [`index_after`] keeps per object, and the longest it keeps.
+const AFTER_EXPORTS: usize = 4;
+const AFTER_EXPORT_BYTES: usize = 256;
+
+/// What [`index_after`] found.
+pub(crate) struct IndexedAfter {
+    /// The objects, with their link maps.
+    pub objects: Vec<(Arc<LoadedObject>, usize)>,
+    /// Each one's index as [`index_listed`] gives it.
+    pub indexes: Vec<Option<Result<ObjectIndex>>>,
+    /// A few names each exports (`elf::exported_names`): a `dlsym` of one through the opened
+    /// object's handle that lands in the object proves the object is in that handle's scope.
+    pub exported: Vec<Vec<CString>>,
+}
 
 /// The `count` objects the loader lists after the object whose link map is `link_map`
 /// (`elf::listed_after`: the new dependencies a `dlopen` brought), each indexed inside the walk
 /// that finds them, into storage reserved beforehand: one walk of the loader's list for all of
-/// them, without a reference of our own. `None` when they are not exactly those.
+/// them, without a reference of our own; with `exports`, a few names each exports too. `None`
+/// when they are not exactly those.
 ///
 /// # Safety
 /// As `elf::listed_after`: the object of `link_map` stays loaded while this runs.
@@ -88,6 +98,7 @@ pub(crate) unsafe fn index_after(
     count: usize,
     wanted: &WantedNames,
     subs: u64,
+    exports: bool,
 ) -> Option<IndexedAfter> {
     let mut room = IndexRoom::fixed(
         count * AFTER_ENTRIES,
@@ -95,10 +106,27 @@ pub(crate) unsafe fn index_after(
         wanted.len(),
     );
     let mut parts: Vec<Option<std::result::Result<Indexed, IndexFailure>>> = vec![None; count];
+    let mut names: Vec<u8> = Vec::with_capacity(count * AFTER_EXPORTS * AFTER_EXPORT_BYTES);
+    let mut spans: Vec<(usize, usize)> = Vec::with_capacity(count * AFTER_EXPORTS);
+    let mut owners: Vec<usize> = Vec::with_capacity(count * AFTER_EXPORTS);
     // SAFETY: the caller's promise, passed on.
     let listed = unsafe {
         crate::elf::listed_after(link_map, count, subs, &mut |i, obj| {
             parts[i] = Some(ObjectIndex::index_into(obj, Some(wanted), &mut room));
+            let mut kept = 0;
+            if !exports {
+                return;
+            }
+            crate::elf::exported_names(obj, &mut |name| {
+                // Within the capacities reserved above: nothing allocates.
+                if name.len() <= AFTER_EXPORT_BYTES {
+                    spans.push((names.len(), name.len()));
+                    owners.push(i);
+                    names.extend_from_slice(name);
+                    kept += 1;
+                }
+                kept < AFTER_EXPORTS
+            });
         })
     }?;
     let objects: Vec<(Arc<LoadedObject>, usize)> =
@@ -112,5 +140,13 @@ pub(crate) unsafe fn index_after(
             Some(Err(e)) => Some(Err(e.into_error(obj))),
         })
         .collect();
-    Some((objects, indexes))
+    let mut exported: Vec<Vec<CString>> = (0..count).map(|_| Vec::new()).collect();
+    for (&(at, len), &i) in spans.iter().zip(&owners) {
+        exported[i].extend(CString::new(&names[at..at + len]).ok());
+    }
+    Some(IndexedAfter {
+        objects,
+        indexes,
+        exported,
+    })
 }
