@@ -295,7 +295,7 @@ pub unsafe extern "C" fn cuhook_trace_close(trace: *mut CTrace) -> c_int {
     })
 }
 
-// The C layouts of the structs above and of `queue.rs` (`include/cuhook.h`).
+// The C layouts of the structs above and of `queue/` (`include/cuhook.h`).
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<CStats>() == 48);
