@@ -6,7 +6,7 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use crate::elf::{self, LoadedObject};
+use crate::elf::{self, LoadedObject, ObjectIndex};
 
 use crate::hooks::batch::{self, Batch};
 use crate::hooks::loader::{object_at, Pin};
@@ -137,57 +137,67 @@ impl State {
         if head.is_none() {
             complete = false;
         }
-        // The opened object through its handle, the rest from inside one walk, directly when
-        // they are the common case; the planner gets what is left, with the pins there are.
+        // The opened object through its handle, the dependencies proven in its scope the same
+        // way, the rest from inside one walk; each directly when it is the common case. The
+        // planner gets what is left, in load order (the order a whole sync gives it: where two
+        // new objects define one hooked name, the first loaded provides the original, as the
+        // loader would bind it), with the pins there are.
         let mark = self.journal.mark();
-        let (mut leftover, mut held) = (Vec::new(), Vec::new());
         let mut patched = 0;
-        let mut touched = Vec::with_capacity(new.len() + 1);
-        let (scoped, new): (Vec<_>, Vec<_>) = new
+        let mut direct = |st: &mut Self, idx: &Arc<ObjectIndex>| match st.patch_direct(idx) {
+            Direct::Done(n) => {
+                st.diag.direct_patches += 1;
+                patched += n;
+                false
+            }
+            Direct::Planner(n) => {
+                patched += n;
+                true
+            }
+        };
+        let head = head.filter(|i| matters(i));
+        let head_to_planner = head.as_ref().is_some_and(|idx| direct(self, idx));
+        let followers: Vec<(Arc<ObjectIndex>, Option<Pin>)> = new
             .into_iter()
             .zip(pins)
             .filter(|(i, _)| matters(i))
-            .partition(|(i, _)| in_scope.contains(&Arc::as_ptr(&i.object)));
-        for (idx, _) in scoped {
-            match self.patch_direct(&idx) {
-                Direct::Done(n) => {
-                    self.diag.direct_patches += 1;
-                    patched += n;
-                }
-                Direct::Planner(n) => {
-                    // The handle is the opened object's: its scope is not this object's, so
-                    // the planner pins this one itself if it needs a scope.
-                    patched += n;
-                    leftover.push(idx.clone());
-                    held.push(None);
-                }
+            .collect();
+        let scoped: Vec<bool> = followers
+            .iter()
+            .map(|(i, _)| in_scope.contains(&Arc::as_ptr(&i.object)))
+            .collect();
+        let mut to_planner = vec![false; followers.len()];
+        for (i, (idx, _)) in followers.iter().enumerate() {
+            if scoped[i] {
+                to_planner[i] = direct(self, idx);
             }
-            touched.push(idx);
         }
-        if let Some(idx) = head.filter(|i| matters(i)) {
-            match self.patch_direct(&idx) {
-                Direct::Done(n) => {
-                    self.diag.direct_patches += 1;
-                    patched += n;
-                }
-                Direct::Planner(n) => {
-                    patched += n;
-                    leftover.push(idx.clone());
-                    held.push(Some(pin));
-                }
-            }
-            touched.push(idx);
-        }
-        let (rest, mut rest_pins): (Vec<_>, Vec<_>) = new.into_iter().unzip();
-        let (n, planner) = self.patch_followers_direct(&rest, now.subs);
+        let walked: Vec<usize> = (0..followers.len()).filter(|&i| !scoped[i]).collect();
+        let listed: Vec<Arc<ObjectIndex>> =
+            walked.iter().map(|&i| followers[i].0.clone()).collect();
+        let (n, planner) = self.patch_followers_direct(&listed, now.subs);
         patched += n;
-        for (i, idx) in rest.iter().enumerate() {
-            if planner[i] {
-                leftover.push(idx.clone());
-                held.push(rest_pins[i].take());
-            }
+        for (k, &i) in walked.iter().enumerate() {
+            to_planner[i] = planner[k];
         }
-        touched.extend(rest);
+        let (mut leftover, mut held) = (Vec::new(), Vec::new());
+        let mut touched = Vec::with_capacity(followers.len() + 1);
+        if let Some(idx) = head {
+            if head_to_planner {
+                leftover.push(idx.clone());
+                held.push(Some(pin));
+            }
+            touched.push(idx);
+        }
+        for (i, (idx, pin)) in followers.into_iter().enumerate() {
+            if to_planner[i] {
+                leftover.push(idx.clone());
+                // A proven one's reference is the opened object's handle, whose scope is not
+                // its own: the planner pins it itself if it needs a scope.
+                held.push(if scoped[i] { None } else { pin });
+            }
+            touched.push(idx);
+        }
         if !leftover.is_empty() {
             let mut batch = Batch::with_pins(leftover, held, now.subs);
             patched += self.patch_batch_new(&mut batch, complete);
