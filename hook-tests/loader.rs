@@ -294,6 +294,92 @@ fn one_new_object_is_handled_without_a_walk() {
     }
 }
 
+/// Issue 36: a `dlopen` that brings several new objects defining one hooked name (found in no
+/// global scope: loaded `RTLD_LOCAL`) gives the hook the definition the loader would bind, the
+/// first in load order: the opened library's own, not its dependency's, also when the
+/// dependency was proven to be in the library's scope (patched before it). Before the fix the
+/// planner saw the proven dependency first and took its definition (on the H200, PyTorch's
+/// hooks then called another copy of the CUDA runtime and crashed). In a child process of its
+/// own, made big enough that the proof is taken.
+#[test]
+fn several_new_definers_give_the_first_loaded_definition() {
+    use std::ffi::{c_char, c_int, c_void, CString};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    if common::ran_in_child(
+        "several_new_definers_give_the_first_loaded_definition",
+        "CUHOOK_TEST_DEFINER_ORDER",
+    ) {
+        return;
+    }
+    static REAL_ORDER: AtomicUsize = AtomicUsize::new(0);
+    extern "C" fn order_value() -> c_int {
+        // SAFETY: the engine published the original before routing any call here.
+        let real: extern "C" fn() -> c_int =
+            unsafe { std::mem::transmute(REAL_ORDER.load(Ordering::Acquire)) };
+        real() + 100
+    }
+    type Open = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
+    let dir = common::fixtures_dir();
+    let path = |name: &str| CString::new(dir.join(name).to_str().unwrap()).unwrap();
+    // SAFETY: fixture libraries built by build.rs; symbols looked up with their C types.
+    unsafe {
+        // The copies below need libtarget.so, found loaded by its soname.
+        let target = libc::dlopen(
+            path("libtarget.so").as_ptr(),
+            libc::RTLD_NOW | libc::RTLD_GLOBAL,
+        );
+        assert!(!target.is_null());
+        let caller = libc::dlopen(path("libdlcaller.so").as_ptr(), libc::RTLD_NOW);
+        assert!(!caller.is_null());
+        let open: Open = std::mem::transmute(libc::dlsym(caller, c"dlcaller_open".as_ptr()));
+        let set = cuhook::hooks::HookSet::new(
+            "definer order",
+            vec![cuhook::hooks::Hook::new(
+                "order_value",
+                order_value as *const () as usize,
+                &REAL_ORDER,
+            )
+            .unwrap()],
+        )
+        .unwrap();
+        let installed = cuhook::hooks::install(&set).unwrap();
+        // A few dozen other objects: proving a dependency's scope is then worth a `dlsym`.
+        let copies =
+            std::env::temp_dir().join(format!("cuhook-order-copies-{}", std::process::id()));
+        std::fs::create_dir_all(&copies).unwrap();
+        for i in 0..40 {
+            let copy = copies.join(format!("libplugin_copy{i}.so"));
+            std::fs::copy(dir.join("libplugin.so"), &copy).unwrap();
+            let copy = CString::new(copy.to_str().unwrap()).unwrap();
+            assert!(!open(copy.as_ptr(), libc::RTLD_NOW).is_null());
+        }
+        let _ = std::fs::remove_dir_all(&copies);
+        let before = cuhook::hooks::diagnostics();
+        let h = open(
+            path("libord_top.so").as_ptr(),
+            libc::RTLD_NOW | libc::RTLD_LOCAL,
+        );
+        assert!(!h.is_null());
+        let after = cuhook::hooks::diagnostics();
+        assert_eq!(after.group_scans, before.group_scans + 1, "{after}");
+        assert_eq!(
+            after.dependencies_in_scope,
+            before.dependencies_in_scope + 1,
+            "the dependency was not proven in scope: {after}"
+        );
+        let original = REAL_ORDER.load(Ordering::Acquire);
+        assert_ne!(original, 0, "no original published: {after}");
+        let real: extern "C" fn() -> c_int = std::mem::transmute(original);
+        assert_eq!(
+            real(),
+            1,
+            "the hook's original is the dependency's definition, not the library's"
+        );
+        installed.uninstall().unwrap();
+    }
+}
+
 /// A hooked function that nothing imports gets its original when a library defining it is
 /// opened later, loaded `RTLD_LOCAL` (found in its own scope) or `RTLD_GLOBAL` (globally):
 /// a new object's patch looks for the originals of the hooks whose names it may define (its
