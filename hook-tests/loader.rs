@@ -224,16 +224,11 @@ fn one_new_object_is_handled_without_a_walk() {
         // dozen copies of libplugin.so, each a distinct object to the loader).
         let leaf = open(path("libgroup_leaf.so").as_ptr(), libc::RTLD_NOW);
         assert!(!leaf.is_null());
-        let copies =
-            std::env::temp_dir().join(format!("cuhook-loader-copies-{}", std::process::id()));
-        std::fs::create_dir_all(&copies).unwrap();
-        for i in 0..40 {
-            let copy = copies.join(format!("libplugin_copy{i}.so"));
-            std::fs::copy(dir.join("libplugin.so"), &copy).unwrap();
-            let copy = CString::new(copy.to_str().unwrap()).unwrap();
+        let copies = common::LibraryCopies::new("libplugin.so", 40);
+        for copy in &copies.paths {
             assert!(!open(copy.as_ptr(), libc::RTLD_NOW).is_null());
         }
-        let _ = std::fs::remove_dir_all(&copies);
+        drop(copies);
         let lazy = cuhook::hooks::diagnostics();
         type Call2 = Call;
         for round in 0..3 {
@@ -345,16 +340,11 @@ fn several_new_definers_give_the_first_loaded_definition() {
         .unwrap();
         let installed = cuhook::hooks::install(&set).unwrap();
         // A few dozen other objects: proving a dependency's scope is then worth a `dlsym`.
-        let copies =
-            std::env::temp_dir().join(format!("cuhook-order-copies-{}", std::process::id()));
-        std::fs::create_dir_all(&copies).unwrap();
-        for i in 0..40 {
-            let copy = copies.join(format!("libplugin_copy{i}.so"));
-            std::fs::copy(dir.join("libplugin.so"), &copy).unwrap();
-            let copy = CString::new(copy.to_str().unwrap()).unwrap();
+        let copies = common::LibraryCopies::new("libplugin.so", 40);
+        for copy in &copies.paths {
             assert!(!open(copy.as_ptr(), libc::RTLD_NOW).is_null());
         }
-        let _ = std::fs::remove_dir_all(&copies);
+        drop(copies);
         let before = cuhook::hooks::diagnostics();
         let h = open(
             path("libord_top.so").as_ptr(),

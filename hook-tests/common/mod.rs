@@ -11,6 +11,41 @@ pub fn fixtures_dir() -> PathBuf {
     cuhook_fixtures::dir()
 }
 
+/// `count` copies of the fixture library `name` in a folder of their own (each a distinct object
+/// to the loader: another path and inode), removed when dropped, also after a failed assertion.
+pub struct LibraryCopies {
+    dir: PathBuf,
+    pub paths: Vec<std::ffi::CString>,
+}
+
+impl LibraryCopies {
+    pub fn new(name: &str, count: usize) -> LibraryCopies {
+        static SERIAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!(
+            "cuhook-test-copies-{}-{serial}-{name}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        LibraryCopies {
+            paths: (0..count)
+                .map(|i| {
+                    let copy = dir.join(format!("copy{i}-{name}"));
+                    std::fs::copy(fixtures_dir().join(name), &copy).unwrap();
+                    std::ffi::CString::new(copy.to_str().unwrap()).unwrap()
+                })
+                .collect(),
+            dir,
+        }
+    }
+}
+
+impl Drop for LibraryCopies {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// `libcuhook.so` of this build (cargo puts the cdylib beside the test executable).
 pub fn libcuhook() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
