@@ -11,7 +11,8 @@ use crate::elf::{self, LoadedObject, ObjectIndex};
 use crate::hooks::batch::{self, Batch};
 use crate::hooks::loader::{object_at, Pin};
 use crate::hooks::resolver::matters;
-use crate::hooks::skip::exclude_list;
+use crate::hooks::skip::{exclude_list, skip_reason};
+use crate::Result;
 
 use super::direct::Direct;
 use super::sync::{Admitted, Reading};
@@ -76,12 +77,23 @@ impl State {
                             self.worth_proving(count),
                         )
                     };
-                    if let Some(rest) = rest.filter(|rest| {
+                    let Some(rest) = rest.filter(|rest| {
                         rest.objects
                             .iter()
                             .all(|(o, _)| self.find_known(o.base, &o.name).is_none())
-                    }) {
-                        return self.opened_group(obj, link_map, pin, rest, now);
+                    }) else {
+                        return self.sync_until_stable();
+                    };
+                    // A group in which a new object may define a hooked name (or could not be
+                    // read) takes a whole sync: resolving originals among several new definers
+                    // (PyTorch's CUDA libraries) stays on the path the real driver has checked.
+                    let head = Arc::new(obj);
+                    let built = (skip_reason(&head, &exclude_list()).is_none()).then(|| {
+                        ObjectIndex::build_in(head.clone(), Some(&self.wanted), &mut self.room)
+                    });
+                    let defines_none = |i: &Option<Result<ObjectIndex>>| matches!(i, Some(Ok(i)) if !i.defines_wanted());
+                    if defines_none(&built) && rest.indexes.iter().all(defines_none) {
+                        return self.opened_group(head, built, link_map, pin, rest, now);
                     }
                 }
             }
@@ -90,13 +102,14 @@ impl State {
     }
 
     /// The `dlopen` fast path for several new objects: `first` (opened through `pin`, whose
-    /// link map is `link_map`) and `after`, the objects the loader listed after it, all new, as
+    /// link map is `link_map`, indexed as `built`) and `after`, the objects the loader listed after it, all new, as
     /// `batch::index_after` found and indexed them. Those proven to be in the opened object's
     /// scope (its dependencies, which its handle keeps loaded) are patched as it is; the rest,
     /// with no reference of ours, from inside one walk of the loader's list.
     fn opened_group(
         &mut self,
-        first: LoadedObject,
+        first: Arc<LoadedObject>,
+        built: Option<Result<ObjectIndex>>,
         link_map: usize,
         pin: Pin,
         after: batch::IndexedAfter,
@@ -109,9 +122,8 @@ impl State {
         } = after;
         self.diag.group_scans += 1;
         self.last_counters = now;
-        let exclude = exclude_list();
         let base = first.base;
-        let head = self.admit(Arc::new(first), link_map, &exclude);
+        let head = self.enter(first, link_map, built, false);
         let (rest, maps): (Vec<_>, Vec<usize>) = rest.into_iter().unzip();
         // Which of them the opened object's handle keeps loaded: a `dlsym` through it of a
         // name one exports that lands in that object (an object earlier in the scope may define

@@ -86,7 +86,7 @@ impl State {
     /// Take a new object into the cache with its index as built (`None`: left alone on
     /// purpose; `hides`: it may define hooked functions all the same), noting what the
     /// diagnostics report about it. Returns its index when it has one.
-    fn enter(
+    pub(super) fn enter(
         &mut self,
         obj: Arc<LoadedObject>,
         link_map: usize,
