@@ -2,16 +2,20 @@
 //! loaded.
 
 use super::*;
-use crate::elf::snapshot;
+use crate::elf::{snapshot, Snapshot};
+
+/// This process's C library.
+fn libc_in(snap: &Snapshot) -> &LoadedObject {
+    snap.objects
+        .iter()
+        .find(|o| o.name.contains("libc.so"))
+        .expect("libc loaded")
+}
 
 #[test]
 fn libc_defines_getpid_and_not_a_made_up_name() {
     let snap = snapshot();
-    let libc = snap
-        .objects
-        .iter()
-        .find(|o| o.name.contains("libc.so"))
-        .expect("libc loaded");
+    let libc = libc_in(&snap);
     assert!(defines(libc, "getpid", None));
     // The oldest symbol version glibc has on each architecture.
     let base_version = if cfg!(target_arch = "aarch64") {
@@ -150,11 +154,7 @@ fn bloom_filter_passes_every_hashed_symbol_and_turns_others_away() {
 #[allow(unsafe_code)]
 fn exported_names_are_the_objects_own_definitions() {
     let snap = snapshot();
-    let libc = snap
-        .objects
-        .iter()
-        .find(|o| o.name.contains("libc.so"))
-        .expect("libc loaded");
+    let libc = libc_in(&snap);
     let mut names = Vec::new();
     exported_names(libc, &mut |n| {
         names.push(String::from_utf8(n.to_vec()).unwrap());
