@@ -256,8 +256,9 @@ ptrdiff_t cuhook_patched_slots(cuhook_slot_info_t *out, size_t capacity);
  * <symbol> slot= bound_to= original=", "foreign <object> <symbol> slot= found= ours=",
  * "text_relocations <path> references=N", "constructors_before_patch <path>", and last one
  * "counters resolver_races= rechecked_slots= objects_indexed= rescans= quick_scans=
- * direct_patches= deferred_scans= pinned_by_name= constructors_before_patch=" (the last: how
- * many libraries' constructors ran before they were patched; at most 256 are listed by name).
+ * group_scans= dependencies_in_scope= direct_patches= chained_slots= deferred_scans=
+ * deferred_for_memory= pinned_by_name= constructors_before_patch=" (the last: how many
+ * libraries' constructors ran before they were patched; at most 256 are listed by name).
  * Writes at most `len` bytes including the NUL; returns the full length. */
 ptrdiff_t cuhook_diagnostics(char *buf, size_t len);
 

@@ -110,11 +110,6 @@ impl Drop for Pin {
     }
 }
 
-/// A load bias's bit in [`visit`]'s filter.
-fn page_bit(base: usize) -> u64 {
-    1 << ((base >> 12) & 63)
-}
-
 /// Run `work(i)` for each object `objects[i]` without a reference to it: from inside one
 /// `dl_iterate_phdr` walk, when the walk finds the object in the loader's list (same load
 /// bias, same name) and no object was removed since the snapshot the objects come from
@@ -142,25 +137,14 @@ pub fn visit(objects: &[&LoadedObject], subs: u64, work: &mut dyn FnMut(usize)) 
         .map(|(i, o)| (o.base, i))
         .collect();
     keys.sort_unstable();
-    // One bit per load bias (a hash of its page number): most listed objects are not among a
-    // few sought, and are passed over on this bit alone.
-    let sought = keys.iter().fold(0u64, |m, k| m | page_bit(k.0));
     let mut reached = vec![false; objects.len()];
-    let mut first = true;
     let walked = dl::iterate(&mut |listed: &Listed<'_>| {
-        if first {
-            // The counters cannot move while the walk holds the list's lock: asked once.
-            if !listed.has_counters || listed.info.dlpi_subs != subs {
-                // Something was unloaded since the snapshot (or this glibc cannot tell):
-                // touch nothing.
-                return ControlFlow::Break(());
-            }
-            first = false;
+        if !listed.has_counters || listed.info.dlpi_subs != subs {
+            // Something was unloaded since the snapshot (or this glibc cannot tell): touch
+            // nothing.
+            return ControlFlow::Break(());
         }
         let base = listed.info.dlpi_addr as usize;
-        if sought & page_bit(base) == 0 {
-            return ControlFlow::Continue(());
-        }
         let from = keys.partition_point(|k| k.0 < base);
         if keys.get(from).is_none_or(|k| k.0 != base) {
             return ControlFlow::Continue(());

@@ -102,8 +102,8 @@ impl State {
     }
 
     /// The `dlopen` fast path for several new objects: `first` (opened through `pin`, whose
-    /// link map is `link_map`, indexed as `built`) and `after`, the objects the loader listed after it, all new, as
-    /// `batch::index_after` found and indexed them. Those proven to be in the opened object's
+    /// link map is `link_map`, indexed as `built`) and `after`, the objects the loader listed
+    /// after it, all new, as `batch::index_after` found and indexed them. Those proven to be in the opened object's
     /// scope (its dependencies, which its handle keeps loaded) are patched as it is; the rest,
     /// with no reference of ours, from inside one walk of the loader's list.
     fn opened_group(
