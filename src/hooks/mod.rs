@@ -23,6 +23,7 @@
 mod batch;
 mod diagnostics;
 mod engine;
+mod group_dlopen;
 mod interpose;
 mod loader;
 mod resolver;
@@ -55,6 +56,7 @@ pub(crate) fn while_pinned<T>(
 pub fn substitute(address: usize) -> usize {
     substitution::substitute(address)
 }
+pub use group_dlopen::{group_dlopen, set_group_dlopen};
 pub use set::{Hook, HookSet, OriginalStore};
 pub use skip::{exclude_list, set_exclude_list, skip_reason, SkipReason};
 pub(crate) use skip::{own_code_range, own_object_is_the_c_library};

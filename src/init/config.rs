@@ -33,6 +33,9 @@ pub struct Config {
     /// `CUHOOK_STACKS=N` (1..=64): record N frames of each allocation's call stack; 0 (the
     /// default) records none.
     pub stacks: usize,
+    /// `CUHOOK_GROUP_DLOPEN=1`: handle a `dlopen` that brings new dependencies from the object
+    /// it opened instead of a whole sync (off by default: `crate::hooks::group_dlopen`).
+    pub group_dlopen: bool,
     /// `CUHOOK_STACKS_MAX=N`: unique stacks kept (default
     /// [`crate::stacks::DEFAULT_CAPACITY`]); allocations from further ones count as "other".
     pub stacks_max: u32,
@@ -48,6 +51,7 @@ impl Default for Config {
             exclude: Vec::new(),
             managed_scan: crate::cuda::ManagedScan::All,
             stacks: 0,
+            group_dlopen: false,
             stacks_max: crate::stacks::DEFAULT_CAPACITY,
         }
     }
@@ -70,15 +74,20 @@ impl Config {
         let mut c = Config::default();
         let mut warnings = Vec::new();
         let text = |name: &str| get(name).map(|v| v.to_string_lossy().into_owned());
-        if let Some(v) = text("CUHOOK_DISABLE") {
-            match v.trim() {
-                "1" | "true" | "yes" | "on" => c.disabled = true,
-                "" | "0" | "false" | "no" | "off" => {}
-                _ => warnings.push(Warning {
-                    variable: "CUHOOK_DISABLE",
-                    value: v,
-                    accepted: "1|0|true|false|yes|no|on|off",
-                }),
+        for (variable, field) in [
+            ("CUHOOK_DISABLE", &mut c.disabled),
+            ("CUHOOK_GROUP_DLOPEN", &mut c.group_dlopen),
+        ] {
+            if let Some(v) = text(variable) {
+                match v.trim() {
+                    "1" | "true" | "yes" | "on" => *field = true,
+                    "" | "0" | "false" | "no" | "off" => {}
+                    _ => warnings.push(Warning {
+                        variable,
+                        value: v,
+                        accepted: "1|0|true|false|yes|no|on|off",
+                    }),
+                }
             }
         }
         if let Some(v) = text("CUHOOK_LOG") {

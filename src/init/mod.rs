@@ -102,6 +102,7 @@ pub fn start(config: &Config) -> Result<()> {
         return Ok(());
     }
     crate::hooks::set_exclude_list(config.exclude.iter().cloned());
+    crate::hooks::set_group_dlopen(config.group_dlopen);
     crate::cuda::set_managed_scan(config.managed_scan);
     if config.stacks > 0 {
         crate::api::enable_stacks(config.stacks, config.stacks_max);

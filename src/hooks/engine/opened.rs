@@ -92,7 +92,10 @@ impl State {
                         ObjectIndex::build_in(head.clone(), Some(&self.wanted), &mut self.room)
                     });
                     let defines_none = |i: &Option<Result<ObjectIndex>>| matches!(i, Some(Ok(i)) if !i.defines_wanted());
-                    if defines_none(&built) && rest.indexes.iter().all(defines_none) {
+                    if crate::hooks::group_dlopen()
+                        && defines_none(&built)
+                        && rest.indexes.iter().all(defines_none)
+                    {
                         return self.opened_group(head, built, link_map, pin, rest, now);
                     }
                 }
