@@ -3,7 +3,7 @@
 # allocating and freeing tensors with the cudaMallocAsync backend) in plain processes and with
 # each given libcuhook.so preloaded, alternated, ROUNDS rounds (default 5); allocations per
 # second, medians [min-max], and each library's ratio to plain.
-# Usage: hook-tests/gpu/torch_threads.sh OUTDIR LIB [LIB...]   (THREADS="1 8", SECONDS=3)
+# Usage: hook-tests/gpu/torch_threads.sh OUTDIR LIB [LIB...]   (THREADS="1 8", DURATION=3)
 set -u
 out="$1"; shift; mkdir -p "$out"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -13,9 +13,9 @@ export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
 : >"$out/torch_threads.txt"
 for round in $(seq "${ROUNDS:-5}"); do
     for threads in ${THREADS:-8 1}; do
-        echo "mode=plain $(python3 "$here/torch_threads.py" "$threads" "${SECONDS:-3}")" >>"$out/torch_threads.txt"
+        echo "mode=plain $(python3 "$here/torch_threads.py" "$threads" "${DURATION:-3}")" >>"$out/torch_threads.txt"
         for i in "${!libs[@]}"; do
-            echo "mode=lib$i $(LD_PRELOAD="${libs[$i]}" python3 "$here/torch_threads.py" "$threads" "${SECONDS:-3}")" >>"$out/torch_threads.txt"
+            echo "mode=lib$i $(LD_PRELOAD="${libs[$i]}" python3 "$here/torch_threads.py" "$threads" "${DURATION:-3}")" >>"$out/torch_threads.txt"
         done
     done
 done

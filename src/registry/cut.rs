@@ -107,7 +107,7 @@ impl Registry {
             let mut n = 0;
             let mut more = false;
             {
-                let mut guard = self.writer.lock();
+                let mut guard = self.exclusive();
                 let w = &mut *guard;
                 let Some(top) = w.top_if_any(self) else {
                     break;

@@ -29,6 +29,7 @@ fn cover(pieces: &[Piece], lo: usize, hi: usize) -> (Option<Ptr<Record>>, bool) 
 impl Writer {
     /// Recycles an emptied, unlinked table (and forgets it as the cached leaf).
     pub(super) fn free_table(&mut self, t: Ptr<Table>) {
+        self.freed_tables = true;
         if self.leaf.is_some_and(|(_, l)| l == t) {
             self.leaf = None;
         }

@@ -1,5 +1,5 @@
 //! The writer's fast paths through the page table: the common insert (`link_fast`) and the
-//! common frees (`unlink_single`, `unlink_fast`), each in one descent, falling back to the
+//! common free (`unlink_fast`), each in one descent, falling back to the
 //! general edits of `edit.rs` when they cannot. Runs under the writer lock only; the same rule
 //! as `edit.rs`: every change a reader can see is one slot store of something complete.
 #![deny(unsafe_code)]
@@ -128,25 +128,6 @@ impl Writer {
         let (base, t) = self.leaf?;
         ((lo ^ hi) >> SHIFT[LEAF] == 0 && (lo ^ base) >> SHIFT[LEAF - 1] == 0)
             .then(|| Level::child(target::<Table>(slot_of(t, TAB)), LEAF, base))
-    }
-
-    /// The pool case of a free: the range starting at `start` lies in one granule of the cached
-    /// leaf, alone, and the leaf keeps other ranges. Unlinks it in one store and returns it.
-    #[inline(always)]
-    pub(super) fn unlink_single(&mut self, start: usize) -> Option<Ptr<Record>> {
-        let leaf = self.cached_leaf_granule(start, start)?;
-        let i = index(LEAF, start);
-        let cur = leaf.slots[i].load(Relaxed);
-        if tag(cur) != REC || leaf.used.is_none_or(|u| u.load(Relaxed) < 2) {
-            return None;
-        }
-        let p = ptr_of(cur);
-        let (lo, hi) = target::<Record>(cur).span();
-        if lo != start || (hi ^ lo) >> SHIFT[LEAF] != 0 {
-            return None;
-        }
-        leaf.replace(i, cur, EMPTY);
-        Some(p)
     }
 
     /// Unlinks `rec` (linked over `[lo, hi]`) in one descent when all its slots lie in one

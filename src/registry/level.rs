@@ -31,6 +31,12 @@ impl<'a> Level<'a> {
         }
     }
 
+    /// The table these slots belong to (none for the top table): its count comes first.
+    #[inline(always)]
+    pub(super) fn table(&self) -> Option<*const Table> {
+        self.used.map(|u| core::ptr::from_ref(u).cast::<Table>())
+    }
+
     /// Indices of the slots meeting `[lo, hi]` (which meets this table's block).
     pub(super) fn span(&self, lo: usize, hi: usize) -> core::ops::RangeInclusive<usize> {
         let sh = SHIFT[self.level];
@@ -68,4 +74,44 @@ impl<'a> Level<'a> {
         // Release: what `v` points to is complete before a reader can load it.
         self.slots[i].store(v, Release);
     }
+
+    // ------------------------------------------------ shared edits (`shared.rs`)
+
+    /// Claims empty slot `i` for `v` (a complete record) against other shared edits.
+    #[inline(always)]
+    pub(super) fn claim(&self, i: usize, v: usize) -> bool {
+        // Release: the record is complete before a reader can load it.
+        self.slots[i]
+            .compare_exchange(EMPTY, v, Release, Relaxed)
+            .is_ok()
+    }
+
+    /// Counts `n` more used slots (shared edits: other lanes count at the same time).
+    #[inline(always)]
+    pub(super) fn count_in(&self, n: usize) {
+        if let Some(used) = self.used {
+            used.fetch_add(n, Relaxed);
+        }
+    }
+
+    /// Takes `n` from the used count if more than `n` remain, so that a shared unlink never
+    /// empties a table (freeing it is an exclusive edit). False, changing nothing, otherwise.
+    #[inline(always)]
+    pub(super) fn count_out(&self, n: usize) -> bool {
+        let Some(used) = self.used else {
+            return true;
+        };
+        let mut u = used.load(Relaxed);
+        while u > n {
+            match used.compare_exchange_weak(u, u - n, Relaxed, Relaxed) {
+                Ok(_) => return true,
+                Err(now) => u = now,
+            }
+        }
+        false
+    }
 }
+
+// `Level::table` finds the table from its count.
+#[cfg(not(loom))]
+const _: () = assert!(core::mem::offset_of!(Table, used) == 0);

@@ -64,8 +64,10 @@ mod cut;
 mod edit;
 mod fast;
 mod global;
+mod lanes;
 mod level;
 mod record;
+mod shared;
 mod slab;
 mod table;
 mod whole;
@@ -83,6 +85,7 @@ pub use crate::events::Allocation;
 use crate::locks::WriterLock;
 pub use global::{attach, attached, detach, global, own_stats, Global, RegistryStats};
 pub(crate) use global::{attached_hot, hot, note_untracked};
+use lanes::Lanes;
 use table::{Table, Top};
 use write::Writer;
 
@@ -120,6 +123,14 @@ pub struct Registry {
     read: ReadSide,
     stats: Stats,
     writer: WriterLock<Writer>,
+    lanes: Lanes,
+    seq: SeqCounter,
+}
+
+/// The sequence numbers' counter, on a line of its own: every insert adds to it.
+#[repr(align(128))]
+struct SeqCounter {
+    next: AtomicU64,
 }
 
 #[repr(align(128))]
@@ -133,6 +144,8 @@ struct ReadSide {
     near: AtomicPtr<Table>,
 }
 
+/// Counters of the exclusive edits (the lanes keep their own; `len` and `live_bytes` are
+/// wrapping sums with theirs).
 #[repr(align(128))]
 struct Stats {
     len: AtomicUsize,
@@ -169,6 +182,10 @@ impl Registry {
                 untracked: AtomicU64::new(0),
             },
             writer: WriterLock::new(Writer::new()),
+            lanes: Lanes::new(),
+            seq: SeqCounter {
+                next: AtomicU64::new(0),
+            },
         }
     }
     }
@@ -196,21 +213,38 @@ impl Registry {
         Some(unsafe { raw.into_allocation() })
     }
 
-    /// True when no range is registered: one load, for hooks that want to skip the lookup.
+    /// True when no range is registered (while edits run, as of some moment during the call).
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.stats.len.load(Ordering::Acquire) == 0
+        self.len() == 0
     }
 
-    /// Number of registered ranges.
+    /// Number of registered ranges: the exclusive edits' count and each lane's, summed. Exact
+    /// when no edit runs; while edits run, a sum that may be off by the edits in flight.
     pub fn len(&self) -> usize {
-        self.stats.len.load(Ordering::Relaxed)
+        let (ranges, _) = self.lanes.booked();
+        let n = ranges.wrapping_add(self.stats.len.load(Ordering::Acquire));
+        // A sum read while a range moved between two counts may dip below zero.
+        if n > isize::MAX as usize {
+            0
+        } else {
+            n
+        }
     }
 
     /// Bytes in registered ranges (saturates at `usize::MAX`, reachable only when the whole
-    /// address space is registered).
+    /// address space is registered; summed like [`Self::len`]).
     pub fn live_bytes(&self) -> usize {
-        self.stats.live_bytes.load(Ordering::Relaxed)
+        let (ranges, bytes) = self.lanes.booked();
+        let n = ranges.wrapping_add(self.stats.len.load(Ordering::Acquire));
+        let live = bytes.wrapping_add(self.stats.live_bytes.load(Ordering::Relaxed));
+        // The ranges are disjoint, so the true total is at most 2^64; the one value that wraps
+        // (exactly 2^64, read as 0 with ranges live) reads as `usize::MAX`.
+        if live == 0 && n != 0 {
+            usize::MAX
+        } else {
+            live
+        }
     }
 
     /// Ranges overwritten by an insert without having been freed first.

@@ -137,18 +137,6 @@ impl<T: Fresh> Slab<T> {
         }
     }
 
-    /// Like [`Slab::alloc`], but `None` when a chunk would have to be added and the memory
-    /// for it cannot be had (the hooks' pool case: the range then goes untracked instead of the
-    /// process being aborted). Always inlined: it is the insert hook's record, and left to the
-    /// compiler it became a call (14 instructions per allocation).
-    #[inline(always)]
-    pub(super) fn try_alloc(&mut self) -> Option<Ptr<T>> {
-        if self.free.is_empty() && !self.has_carvable() && !self.add_chunk() {
-            return None;
-        }
-        Some(self.alloc())
-    }
-
     /// Whether `n` elements can be handed out without allocating, adding a chunk if needed;
     /// false when its memory cannot be had. An edit that asks first never aborts the process
     /// for lack of memory.

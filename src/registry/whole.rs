@@ -1,4 +1,4 @@
-//! Operations on the whole registry under the writer lock: purges, clear (and the attached
+//! Operations on the whole registry in exclusive mode (the writer lock, lanes closed): purges, clear (and the attached
 //! flag's switch, which clears on detach), consistent snapshots, and the lock held across
 //! `fork`.
 
@@ -24,7 +24,7 @@ impl Registry {
             };
             if pred(&a) {
                 let gone = {
-                    let mut guard = self.writer.lock();
+                    let mut guard = self.exclusive();
                     let w = &mut *guard;
                     let gone = w.top_if_any(self).and_then(|top| {
                         let p = w.locate(top, a.start)?;
@@ -48,7 +48,7 @@ impl Registry {
 
     /// The range with the lowest start among those ending at `from` or later.
     fn next_from(&self, from: usize) -> Option<Allocation> {
-        let mut guard = self.writer.lock();
+        let mut guard = self.exclusive();
         let w = &mut *guard;
         let top = w.top_if_any(self)?;
         Writer::first_meeting(top, from, usize::MAX).map(|p| rec(p).get())
@@ -60,9 +60,10 @@ impl Registry {
     /// insert racing with a detach cannot land after the clear (it would stay for good, its free
     /// unseen), and an attach racing with a detach cannot leave it attached but closed.
     pub(crate) fn set_open(&self, flag: &core::sync::atomic::AtomicBool, open: bool) -> bool {
-        let mut guard = self.writer.lock();
+        let mut guard = self.exclusive();
         let was = flag.swap(open, core::sync::atomic::Ordering::AcqRel);
         guard.open = open;
+        self.lanes.shut(!open);
         if !open {
             self.clear_locked(&mut guard);
         }
@@ -92,7 +93,7 @@ impl Registry {
     /// Every range, in address order (taken under the writer lock, so it is one consistent state).
     pub fn snapshot(&self) -> Vec<Allocation> {
         let mut all = Vec::new();
-        let mut guard = self.writer.lock();
+        let mut guard = self.exclusive();
         let w = &mut *guard;
         let Some(top) = w.top_if_any(self) else {
             return all;
@@ -118,9 +119,10 @@ impl Registry {
 /// Loom builds never fork (and loom's lock has no `force_unlock`).
 #[cfg(not(loom))]
 impl Registry {
-    /// Takes the writer lock and keeps it (the `fork` prepare handler).
+    /// Takes the writer lock with the lanes closed and keeps it (the `fork` prepare handler):
+    /// no thread is then inside an edit, shared or not.
     pub(super) fn hold_for_fork(&self) {
-        core::mem::forget(self.writer.lock());
+        core::mem::forget(self.exclusive());
     }
 
     /// Releases the lock [`Self::hold_for_fork`] took.
@@ -129,6 +131,9 @@ impl Registry {
     ///
     /// Only after `hold_for_fork` on this thread (or, in a child, in its parent's forking thread).
     pub(super) unsafe fn release_after_fork(&self) {
+        // What dropping the forgotten guard would have done: lanes first, then the lock.
+        self.lanes.forget_leaves();
+        self.lanes.reopen();
         // SAFETY: the caller took the lock with `hold_for_fork` and forgot the guard.
         unsafe { self.writer.force_unlock() };
     }

@@ -7,18 +7,18 @@ use crate::atomics::Ordering;
 use crate::locks::WriterGuard;
 use core::ptr::NonNull;
 
+use super::lanes::{Lanes, SPARE};
+
 use super::level::Level;
 use super::record::Record;
 use super::slab::{Ptr, Slab};
-use super::table::{
-    index, slot_of, target, Bucket, Table, Top, BUCKET_CAP, EMPTY, LEAF, LEVELS, REC,
-};
+use super::table::{slot_of, target, Bucket, Table, Top, BUCKET_CAP, LEVELS, REC};
 use super::{Allocation, InsertOutcome, Registry};
 
 /// Writer state, under the lock.
 ///
-/// `repr(C)` with the fields an allocation hook's pool case touches first (`insert_pool`,
-/// `unlink_single`): they share the cache line of the lock word that precedes them, so a hook
+/// `repr(C)` with the fields an exclusive edit's pool case touches first (`link_fast`,
+/// `unlink_fast`): they share the cache line of the lock word that precedes them, so a hook
 /// running after the driver has evicted it from the first-level cache misses on two lines of
 /// writer state instead of five (`benches/footprint.sh`).
 #[repr(C)]
@@ -26,17 +26,19 @@ pub(super) struct Writer {
     /// The leaf table last descended to, and its block's first address: consecutive edits in one
     /// 2 MiB block (a pool's) skip the descent. Forgotten when that table is freed.
     pub(super) leaf: Option<(usize, Ptr<Table>)>,
-    next_seq: u64,
+    /// Ranges linked less ranges unlinked by exclusive edits (wrapping: a range linked in a
+    /// lane may be unlinked here); the lanes keep their own (`Registry::len` sums them).
     pub(super) count: usize,
-    /// Bytes in live ranges, modulo 2^64: the ranges are disjoint, so the true total is at most
-    /// 2^64, and the one value that wraps (exactly 2^64, read as 0 with ranges live) is
-    /// published as `usize::MAX` ([`Writer::live_bytes`]).
+    /// Their bytes, wrapping like `count`.
     pub(super) live: usize,
     pub(super) recs: Slab<Record>,
     /// Whether inserts are taken. Cleared together with the table by [`Registry::close`], under
     /// this lock, so that an insert racing with it (a hook that saw the registry attached just
     /// before the uninstall) cannot land after the clear and stay for good.
     pub(super) open: bool,
+    /// A table was freed since the gate closed: the lanes' cached leaves are forgotten when it
+    /// opens again.
+    pub(super) freed_tables: bool,
     /// True while a table is being built aside (not yet linked): tables linked into it then get
     /// no `base` and become no hint (`edit.rs`, `link_table`).
     pub(super) aside: bool,
@@ -116,7 +118,6 @@ impl Writer {
             tables: Slab::new(),
             buckets: Slab::new(),
             recs: Slab::new(),
-            next_seq: 0,
             count: 0,
             live: 0,
             missed: 0,
@@ -126,6 +127,7 @@ impl Writer {
             hint: None,
             near: None,
             aside: false,
+            freed_tables: false,
             open: true,
         }
     }
@@ -145,17 +147,8 @@ impl Writer {
                 .spare(edges * (self.widest + 2).div_ceil(BUCKET_CAP))
     }
 
-    /// Bytes in live ranges, saturated at `usize::MAX`.
-    #[inline(always)]
-    fn live_bytes(&self) -> usize {
-        if self.live == 0 && self.count != 0 {
-            usize::MAX
-        } else {
-            self.live
-        }
-    }
-
-    /// Registered ranges and live records, tables and buckets (for the tests' leak checks).
+    /// Ranges this writer booked, and live records, tables and buckets (for the tests' leak
+    /// checks: `Registry::counts`).
     #[cfg(all(test, not(loom)))]
     pub(super) fn counts(&self) -> (usize, usize, usize, usize) {
         (
@@ -164,6 +157,46 @@ impl Writer {
             self.tables.live(),
             self.buckets.live(),
         )
+    }
+
+    /// Gives the thread's lane spare records when it has none left (it then stays on shared
+    /// edits for its next inserts). Takes none it would have to allocate for when memory is short.
+    fn refill(&mut self, lanes: &Lanes) {
+        let lane = lanes.own();
+        if lane.has_spares() {
+            return;
+        }
+        let n = SPARE.div_ceil(2);
+        if self.recs.spare(n) {
+            for _ in 0..n {
+                let p = self.recs.alloc();
+                lane.push(p);
+            }
+        }
+    }
+
+    /// Gives every lane half its spare records (tests: so that any thread's first edit can be
+    /// a shared one).
+    #[cfg(test)]
+    pub(super) fn prime(&mut self, lanes: &Lanes) {
+        for lane in lanes.each() {
+            while lane.spare_count() < SPARE.div_ceil(2) {
+                let p = self.recs.alloc();
+                lane.push(p);
+            }
+        }
+    }
+
+    /// Takes spare records back from the thread's lane when it has no room left.
+    fn drain(&mut self, lanes: &Lanes) {
+        let lane = lanes.own();
+        if lane.has_room() {
+            return;
+        }
+        while lane.spare_count() > SPARE / 2 {
+            let Some(p) = lane.pop() else { break };
+            self.recs.free(p);
+        }
     }
 
     /// The top table, allocated (zeroed: every slot empty) and published on first use; `None`
@@ -191,27 +224,6 @@ impl Writer {
     /// The top table if there is one (reads need not create it).
     pub(super) fn top_if_any<'a>(&mut self, reg: &'a Registry) -> Option<Level<'a>> {
         self.top.and_then(|_| self.top(reg))
-    }
-
-    /// The pool case of an insert: `a` (size > 0) lies in one granule of the cached leaf, and
-    /// that granule is free. Links a new record for it in one store and returns its sequence
-    /// number; `None`, changing nothing, when the general path must run.
-    #[inline(always)]
-    fn insert_pool(&mut self, a: &Allocation) -> Option<u64> {
-        if !self.open {
-            return None;
-        }
-        let hi = a.start.checked_add(a.size - 1)?;
-        let leaf = self.pool_granule(a.start, hi)?;
-        // No memory for a record: the general path, which asks first, counts it untracked.
-        let p = self.recs.try_alloc()?;
-        self.next_seq += 1;
-        let seq = self.next_seq;
-        rec(p).store(&Allocation { seq, ..*a });
-        leaf.replace(index(LEAF, a.start), EMPTY, slot_of(p, REC));
-        self.count += 1;
-        self.live = self.live.wrapping_add(a.size);
-        Some(seq)
     }
 
     /// A new record holding `a`, not yet linked.
@@ -248,7 +260,7 @@ impl Writer {
     fn free_record(&mut self, p: Ptr<Record>) {
         let size = rec(p).span_size();
         self.recs.free(p);
-        self.count -= 1;
+        self.count = self.count.wrapping_sub(1);
         self.live = self.live.wrapping_sub(size);
     }
 }
@@ -264,32 +276,66 @@ impl Registry {
     /// overlapped counts as a missed free: a pool may hand an address out again without the free
     /// having been seen. Size 0 registers nothing.
     ///
-    /// The pool case (a free granule of the leaf table the writer used last) is inlined into the
-    /// caller, the allocation hooks: the record is filled straight from the hook's registers,
-    /// with no 80-byte copy through a call and no second look at the hints.
+    /// The common case is a shared edit (`shared.rs`), whose pool case is inlined into the
+    /// caller, the allocation hooks: the record is filled straight from the hook's registers.
     #[inline(always)]
     pub fn insert(&self, a: Allocation) -> InsertOutcome {
         if a.size == 0 {
             return InsertOutcome::default();
         }
-        let mut guard = self.writer.lock();
-        if let Some(seq) = guard.insert_pool(&a) {
-            self.publish_len(&guard);
-            return InsertOutcome {
+        match self.insert_shared(&a) {
+            Ok(seq) => InsertOutcome {
                 seq: Some(seq),
                 overwritten: 0,
                 size: a.size,
-            };
+            },
+            Err(Some(p)) => self.insert_exclusive_filled(p),
+            Err(None) => self.insert_exclusive(a, None),
         }
-        self.insert_locked(guard, a)
     }
 
-    /// Everything [`Self::insert`] does beyond the pool case, under the lock it took.
+    /// The next sequence number: one counter for all writers, so that a range inserted after
+    /// another (a reused address) always gets a larger one.
+    #[inline(always)]
+    pub(super) fn next_seq(&self) -> u64 {
+        self.seq.next.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The writer lock with the lanes closed (`lanes.rs`): every edit that is not shared.
+    pub(super) fn exclusive(&self) -> Exclusive<'_> {
+        let guard = self.writer.lock();
+        self.lanes.close();
+        Exclusive {
+            guard,
+            lanes: &self.lanes,
+        }
+    }
+
+    /// [`Self::insert`] beyond a shared edit that filled record `p` (taken from a lane, linked
+    /// nowhere) with the range and its sequence number.
     #[inline(never)]
+    fn insert_exclusive_filled(&self, p: Ptr<Record>) -> InsertOutcome {
+        let a = rec(p).get();
+        let mut guard = self.exclusive();
+        guard.recs.free(p);
+        self.insert_locked(guard, a, Some(a.seq))
+    }
+
+    /// [`Self::insert`] beyond a shared edit (with the sequence number it took, if any); gives
+    /// the thread's lane spare records first if it ran out.
+    #[inline(never)]
+    fn insert_exclusive(&self, a: Allocation, seq: Option<u64>) -> InsertOutcome {
+        let mut guard = self.exclusive();
+        guard.refill(&self.lanes);
+        self.insert_locked(guard, a, seq)
+    }
+
+    /// Everything [`Self::insert`] does beyond a shared edit, in the exclusive mode it took.
     fn insert_locked(
         &self,
-        mut guard: WriterGuard<'_, Writer>,
+        mut guard: Exclusive<'_>,
         mut a: Allocation,
+        seq: Option<u64>,
     ) -> InsertOutcome {
         let last = a.start.saturating_add(a.size - 1);
         a.size = last - a.start + 1;
@@ -297,8 +343,7 @@ impl Registry {
         if !w.open {
             return InsertOutcome::default();
         }
-        w.next_seq += 1;
-        a.seq = w.next_seq;
+        a.seq = seq.unwrap_or_else(|| self.next_seq());
         let Some(top) = w.top(self) else {
             // No table yet, so nothing in the way either.
             drop(guard);
@@ -345,7 +390,7 @@ impl Registry {
 
     /// Books and publishes a range just linked.
     fn inserted(&self, w: &mut Writer, a: &Allocation, overwritten: usize) -> InsertOutcome {
-        w.count += 1;
+        w.count = w.count.wrapping_add(1);
         w.live = w.live.wrapping_add(a.size);
         self.publish(w);
         InsertOutcome {
@@ -358,22 +403,30 @@ impl Registry {
     /// Removes the range that starts exactly at `start` (what `cuMemFree(ptr)` means) and returns
     /// it; its size is the size to report for the free. A pointer inside a range finds nothing.
     ///
-    /// The pool case (the range alone in one granule of the leaf table the writer used last) is
-    /// inlined into the caller, the free hooks: the record is copied once, into the caller's
-    /// value.
+    /// The common case is a shared edit, whose pool case (the range alone in one granule of the
+    /// lane's leaf) is inlined into the caller, the free hooks.
     #[inline(always)]
     pub fn remove_allocation(&self, start: usize) -> Option<Allocation> {
-        let mut guard = self.writer.lock();
-        let p = match guard.unlink_single(start) {
-            Some(p) => p,
-            None => self.unlink_allocation(&mut guard, start)?,
-        };
-        guard.free_record(p);
-        self.publish_len(&guard);
-        // Copied last, straight into the caller's value (the record is not reused before the
-        // lock is released).
+        let mut exclusive = false;
+        let a = self.remove_shared(start, &mut exclusive);
+        if exclusive {
+            return self.remove_exclusive(start);
+        }
+        a
+    }
+
+    /// [`Self::remove_allocation`] beyond a shared edit; then takes spare records back from the
+    /// thread's lane if it had no room left.
+    #[inline(never)]
+    fn remove_exclusive(&self, start: usize) -> Option<Allocation> {
+        let mut guard = self.exclusive();
+        let w = &mut *guard;
+        w.drain(&self.lanes);
+        let p = self.unlink_allocation(w, start)?;
+        // Copied before the record is freed (it is not reused before the lock is released).
         let a = rec(p).get();
-        drop(guard);
+        w.free_record(p);
+        self.publish_len(w);
         Some(a)
     }
 
@@ -388,14 +441,12 @@ impl Registry {
         Some(p)
     }
 
-    /// Publishes the counters after an edit that linked and freed no table (the hints are
-    /// unchanged, and so is the count of missed frees).
+    /// Publishes the exclusive edits' counts after an edit that linked and freed no table (the
+    /// hints are unchanged, and so is the count of missed frees).
     #[inline(always)]
     fn publish_len(&self, w: &Writer) {
         self.stats.len.store(w.count, Ordering::Release);
-        self.stats
-            .live_bytes
-            .store(w.live_bytes(), Ordering::Relaxed);
+        self.stats.live_bytes.store(w.live, Ordering::Relaxed);
     }
 
     /// Publishes the hints and counters after an edit.
@@ -409,5 +460,43 @@ impl Registry {
         }
         self.publish_len(w);
         self.stats.missed.store(w.missed, Ordering::Relaxed);
+    }
+}
+
+/// The writer lock with the lanes closed: no shared edit runs while it lives, and it may edit
+/// the lanes' owned state. Opens the gate again when dropped, before the lock is released.
+pub(super) struct Exclusive<'a> {
+    guard: WriterGuard<'a, Writer>,
+    lanes: &'a Lanes,
+}
+
+impl core::ops::Deref for Exclusive<'_> {
+    type Target = Writer;
+    fn deref(&self) -> &Writer {
+        &self.guard
+    }
+}
+
+impl core::ops::DerefMut for Exclusive<'_> {
+    fn deref_mut(&mut self) -> &mut Writer {
+        &mut self.guard
+    }
+}
+
+impl Drop for Exclusive<'_> {
+    fn drop(&mut self) {
+        if core::mem::take(&mut self.guard.freed_tables) {
+            self.lanes.forget_leaves();
+        }
+        self.lanes.reopen();
+    }
+}
+
+#[cfg(test)]
+impl Registry {
+    /// Gives every lane spare records (tests: any thread's first edit may then be shared).
+    pub(super) fn prime(&self) {
+        let mut guard = self.exclusive();
+        guard.prime(&self.lanes);
     }
 }

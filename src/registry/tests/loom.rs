@@ -270,3 +270,86 @@ fn loom_two_writers_keep_ranges_apart() {
         assert_eq!((reg.len(), reg.live_bytes()), (1, G));
     });
 }
+
+/// A registry whose leaf for granules `G..` exists (one range at `G` keeps it) and whose lanes
+/// all have spare records, so that every model thread's edit can be a shared one.
+fn primed() -> (Arc<Registry>, Allocation) {
+    let reg = Arc::new(Registry::new());
+    let keep = range(G, G, 1);
+    reg.insert(keep);
+    reg.prime();
+    (reg, keep)
+}
+
+/// Two shared inserts at once into one leaf table (lanes, `shared.rs`): each claims its slot
+/// with a compare-and-swap and counts it in, and a reader finds each whole or not at all. Both
+/// ranges land, and the table's count is exact afterwards (a removal of the first range then
+/// leaves the table to the other two).
+#[test]
+fn loom_shared_inserts_side_by_side() {
+    model_one_preemption(|| {
+        let (reg, keep) = primed();
+        let (a, b) = (range(2 * G, G, 2), range(3 * G, G, 3));
+        let (r, w) = (reg.clone(), reg.clone());
+        let reader = thread::spawn(move || {
+            if let Some(got) = r.lookup(3 * G + 1) {
+                assert!(same(&got, &b), "torn record: {got:?}");
+            }
+        });
+        let writer = thread::spawn(move || {
+            w.insert(b);
+        });
+        reg.insert(a);
+        writer.join().unwrap();
+        reader.join().unwrap();
+        assert!(same(&reg.remove_allocation(G).unwrap(), &keep));
+        assert!(same(&reg.lookup(2 * G).unwrap(), &a));
+        assert!(same(&reg.lookup(3 * G).unwrap(), &b));
+        assert_eq!((reg.len(), reg.live_bytes()), (2, 2 * G));
+        assert!(same(&reg.remove_allocation(2 * G).unwrap(), &a));
+        assert!(same(&reg.remove_allocation(3 * G).unwrap(), &b));
+        assert!(reg.snapshot().is_empty() && reg.is_empty());
+    });
+}
+
+/// Two new ranges meeting in one granule, inserted at once: only one can take the empty slot;
+/// the other must go the exclusive way and build the granule's chain, not overwrite it.
+#[test]
+fn loom_shared_inserts_into_one_granule() {
+    model_one_preemption(|| {
+        let (reg, _) = primed();
+        let (a, b) = (range(2 * G, G / 2, 2), range(2 * G + G / 2, G / 2, 3));
+        let w = reg.clone();
+        let writer = thread::spawn(move || {
+            w.insert(b);
+        });
+        reg.insert(a);
+        writer.join().unwrap();
+        assert!(same(&reg.lookup(2 * G).unwrap(), &a));
+        assert!(same(&reg.lookup(2 * G + G / 2).unwrap(), &b));
+        assert_eq!(reg.snapshot().len(), 3);
+    });
+}
+
+/// A shared insert racing an exclusive removal that would empty (and free) the leaf table the
+/// insert is linking into: the removal waits for the lane, or the insert sees the gate closed
+/// and goes the exclusive way itself. Either way the new range ends up linked, never in a
+/// freed table.
+#[test]
+fn loom_shared_insert_against_a_table_being_freed() {
+    model_one_preemption(|| {
+        let (reg, keep) = primed();
+        let added = range(2 * G, G, 2);
+        let w = reg.clone();
+        let writer = thread::spawn(move || {
+            w.insert(added);
+        });
+        assert!(same(&reg.remove_allocation(G).unwrap(), &keep));
+        writer.join().unwrap();
+        assert!(reg.lookup(G).is_none());
+        assert!(same(&reg.lookup(2 * G + 3).unwrap(), &added));
+        let all = reg.snapshot();
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert_eq!((reg.len(), reg.live_bytes()), (1, G));
+    });
+}

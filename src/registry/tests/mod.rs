@@ -65,7 +65,7 @@ impl Registry {
     /// Shape of the page table: (tables in use, longest bucket chain), to tell how much of the
     /// structure a test exercised.
     pub(super) fn shape(&self) -> (usize, usize) {
-        let w = self.writer.lock();
+        let w = self.exclusive();
         let (_, _, tables, _) = w.counts();
         drop(w);
         let mut longest = 0;
@@ -85,7 +85,7 @@ impl Registry {
 
     /// Calls `f(level, block_lo, block_hi, slot value)` for every non-empty slot, under the lock.
     fn walk_slots(&self, f: &mut impl FnMut(usize, usize, usize, usize)) {
-        let _w = self.writer.lock();
+        let _w = self.exclusive();
         let Some(top) = deref(self.read.top.load(Acquire)) else {
             return;
         };
@@ -228,8 +228,11 @@ impl Registry {
         }
         // Every byte of every range is linked exactly once (slots do not overlap).
         assert_eq!(linked, bytes, "bytes linked");
-        let w = self.writer.lock();
+        let w = self.exclusive();
         let (count, recs, live_tables, live_buckets) = w.counts();
+        // The lanes' counts and their spare records (handed out by the slab, linked nowhere).
+        let count = count.wrapping_add(self.lanes.booked().0);
+        let recs = recs - self.lanes.spares();
         assert_eq!(count, all.len(), "count");
         assert_eq!(recs, count, "record leak");
         assert_eq!(live_tables, tables, "table leak");

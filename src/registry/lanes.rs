@@ -1,0 +1,318 @@
+//! Lanes: the common edits of many threads at once, and the exclusive mode for the rest.
+//!
+//! With one writer lock, 16 threads allocating at once spent the whole of their overhead waiting
+//! for it (issue 36, measured on the H200: the hooks without the registry write ran as plain).
+//! But the common edits touch little: a range linked into empty slots of a table that exists,
+//! or unlinked from slots that name it alone without emptying their table. Each such slot goes
+//! from empty to the record or back, so two of them can run side by side when each claims its
+//! slots with a compare-and-swap (`shared.rs`). Every other edit (making or freeing a table, a
+//! shared granule's chain, overlaps, trims, purges, snapshots, the fork handlers) is
+//! *exclusive*: it takes the writer lock and waits until no shared edit runs.
+//!
+//! A shared edit holds one of [`LANES`] lanes: a flag on a cache line of its own, picked from
+//! the thread's stack address (no thread-local needed), with what the lane's owner keeps
+//! between its edits: a few spare records (so that claiming one takes no lock), its counts, and
+//! the leaf table it last edited. The exclusive side is a biased reader-writer lock: it closes
+//! the `gate`, then waits for every lane to be free; a shared edit takes its lane, then checks
+//! the gate. Both pairs of accesses are sequentially consistent, so either the edit sees the
+//! gate closed (and goes the exclusive way instead) or the exclusive side sees the lane held
+//! (and waits). The shared side thus pays one compare-and-swap on its own line and one load of
+//! a line that only exclusive edits write; the exclusive side a load per lane.
+//!
+//! While the gate is closed the exclusive holder may also edit every lane's owned state (refill
+//! spares, forget a cached table): a thread that takes a lane then only looks at the gate and
+//! leaves.
+#![deny(unsafe_code)]
+
+use crate::atomics::{atomic_array, AtomicPtr, AtomicUsize, Ordering};
+
+use super::level::Level;
+use super::record::Record;
+use super::slab::Ptr;
+use super::table::{slot_of, target, Table, LEAF, SHIFT, TAB};
+
+/// Lanes: more than the threads that usually allocate at once on the hosts measured (16 cores).
+#[cfg(not(loom))]
+pub(super) const LANES: usize = 16;
+#[cfg(loom)]
+pub(super) const LANES: usize = 2;
+/// Spare records a lane keeps: 256 bytes a lane with its header.
+#[cfg(not(loom))]
+pub(super) const SPARE: usize = 26;
+#[cfg(loom)]
+pub(super) const SPARE: usize = 2;
+
+/// Gate bits: an exclusive edit runs (or waits for the lanes), and the registry takes no
+/// inserts (closed by `Registry::set_open`).
+const EXCLUSIVE: usize = 1;
+const SHUT: usize = 2;
+
+/// One lane. Its fields past `held` belong to the thread holding it (or to the exclusive holder
+/// while the gate is closed); they are atomics only so that any thread may read the counts.
+#[repr(C, align(128))]
+pub(super) struct Lane {
+    held: AtomicUsize,
+    /// Ranges linked through this lane less those unlinked through it (wrapping).
+    pub(super) count: AtomicUsize,
+    /// Their bytes (wrapping).
+    pub(super) live: AtomicUsize,
+    /// The leaf table this lane last edited (null: none), and its block's first address.
+    leaf: AtomicPtr<Table>,
+    leaf_base: AtomicUsize,
+    spares: AtomicUsize,
+    spare: [AtomicPtr<Record>; SPARE],
+}
+
+#[cfg(not(loom))]
+const _: () = assert!(core::mem::size_of::<Lane>() == 256);
+
+/// The lanes and their gate.
+#[repr(C, align(128))]
+pub(super) struct Lanes {
+    gate: AtomicUsize,
+    lanes: [Lane; LANES],
+}
+
+impl Lane {
+    crate::atomics::const_unless_loom! {
+    fn new() -> Self {
+        Lane {
+            held: AtomicUsize::new(0),
+            count: AtomicUsize::new(0),
+            live: AtomicUsize::new(0),
+            leaf: AtomicPtr::new(core::ptr::null_mut()),
+            leaf_base: AtomicUsize::new(0),
+            spares: AtomicUsize::new(0),
+            spare: atomic_array![AtomicPtr::new(core::ptr::null_mut()); SPARE],
+        }
+    }
+    }
+
+    /// Leaves the lane.
+    #[inline(always)]
+    pub(super) fn leave(&self) {
+        self.held.store(0, Ordering::Release);
+    }
+
+    /// A spare record, if the lane has one.
+    #[inline(always)]
+    pub(super) fn pop(&self) -> Option<Ptr<Record>> {
+        let n = self.spares.load(Ordering::Relaxed).checked_sub(1)?;
+        self.spares.store(n, Ordering::Relaxed);
+        Ptr::new(self.spare[n].load(Ordering::Relaxed))
+    }
+
+    /// Whether the lane can keep one more spare record.
+    #[inline(always)]
+    pub(super) fn has_room(&self) -> bool {
+        self.spares.load(Ordering::Relaxed) < SPARE
+    }
+
+    /// Whether the lane has a spare record.
+    #[inline(always)]
+    pub(super) fn has_spares(&self) -> bool {
+        self.spares.load(Ordering::Relaxed) != 0
+    }
+
+    /// How many spare records the lane keeps.
+    pub(super) fn spare_count(&self) -> usize {
+        self.spares.load(Ordering::Relaxed)
+    }
+
+    /// Keeps `p` as a spare (the caller checked [`Self::has_room`]).
+    #[inline(always)]
+    pub(super) fn push(&self, p: Ptr<Record>) {
+        let n = self.spares.load(Ordering::Relaxed);
+        self.spare[n].store(p.as_mut_ptr(), Ordering::Relaxed);
+        self.spares.store(n + 1, Ordering::Relaxed);
+    }
+
+    /// Books a range linked (`bytes` > 0) or unlinked (`bytes` negated) through this lane.
+    #[inline(always)]
+    pub(super) fn book(&self, ranges: usize, bytes: usize) {
+        let (c, l) = (&self.count, &self.live);
+        c.store(
+            c.load(Ordering::Relaxed).wrapping_add(ranges),
+            Ordering::Relaxed,
+        );
+        l.store(
+            l.load(Ordering::Relaxed).wrapping_add(bytes),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// The leaf table last edited through this lane, if `[lo, hi]` lies in one granule of it.
+    #[inline(always)]
+    pub(super) fn leaf_granule<'a>(&self, lo: usize, hi: usize) -> Option<Level<'a>> {
+        let t = self.leaf.load(Ordering::Relaxed);
+        let base = self.leaf_base.load(Ordering::Relaxed);
+        let t = Ptr::new(t)?;
+        ((lo ^ hi) >> SHIFT[LEAF] == 0 && (lo ^ base) >> SHIFT[LEAF - 1] == 0)
+            .then(|| Level::child(target::<Table>(slot_of(t, TAB)), LEAF, base))
+    }
+
+    /// Remembers `at` (a leaf table) as the one last edited.
+    #[inline(always)]
+    pub(super) fn remember(&self, at: &Level<'_>) {
+        if at.level == LEAF {
+            if let Some(t) = at.table() {
+                self.leaf.store(t.cast_mut(), Ordering::Relaxed);
+            }
+            self.leaf_base.store(at.base, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The lane a thread tries first: from its stack's address (threads' stacks lie megabytes
+/// apart), so no thread-local is read. Two threads on one lane still work: the second takes the
+/// next lane, or the exclusive way.
+#[inline(always)]
+fn pick() -> usize {
+    #[cfg(not(loom))]
+    {
+        let probe = 0u8;
+        let sp = core::ptr::addr_of!(probe) as usize;
+        (sp >> 16).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - LANES.ilog2())
+    }
+    // Loom replays each schedule exactly: the lane must not depend on where a model thread's
+    // stack happens to be (nor on its id, which grows from run to run). Every thread starts at
+    // lane 0, so threads that meet there take the next one.
+    #[cfg(loom)]
+    0
+}
+
+impl Lanes {
+    crate::atomics::const_unless_loom! {
+    pub(super) fn new() -> Self {
+        Lanes {
+            gate: AtomicUsize::new(0),
+            #[cfg(not(loom))]
+            lanes: [const { Lane::new() }; LANES],
+            #[cfg(loom)]
+            lanes: core::array::from_fn(|_| Lane::new()),
+        }
+    }
+    }
+
+    /// A lane for a shared edit, held; `None` when the edit must go the exclusive way (the gate
+    /// is closed, or the thread's two lanes are taken).
+    #[inline(always)]
+    pub(super) fn enter(&self) -> Option<&Lane> {
+        let i = pick();
+        let lane = &self.lanes[i];
+        if !lane.take() {
+            return self.enter_next(i);
+        }
+        self.admitted(lane)
+    }
+
+    /// [`Self::enter`] when the first lane was taken: the next one.
+    #[cold]
+    #[inline(never)]
+    fn enter_next(&self, i: usize) -> Option<&Lane> {
+        let lane = &self.lanes[(i + 1) % LANES];
+        if lane.take() {
+            self.admitted(lane)
+        } else {
+            None
+        }
+    }
+
+    /// A lane just taken, if the gate is open; otherwise left again.
+    #[inline(always)]
+    fn admitted<'a>(&self, lane: &'a Lane) -> Option<&'a Lane> {
+        // Sequentially consistent after the take (module doc): an exclusive edit that closed
+        // the gate before this load waits for the lane; one that closes it after sees the lane.
+        #[cfg(loom)]
+        crate::atomics::fence(Ordering::SeqCst);
+        if self.gate.load(Ordering::SeqCst) == 0 {
+            return Some(lane);
+        }
+        lane.leave();
+        None
+    }
+
+    /// Closes the gate and waits until no lane is held (under the writer lock).
+    pub(super) fn close(&self) {
+        self.gate.fetch_or(EXCLUSIVE, Ordering::SeqCst);
+        #[cfg(loom)]
+        crate::atomics::fence(Ordering::SeqCst);
+        for lane in &self.lanes {
+            let mut spins = 0u32;
+            while lane.held.load(Ordering::SeqCst) != 0 {
+                // A shared edit is a few hundred instructions; its thread may be preempted.
+                if spins < 64 {
+                    crate::atomics::spin_loop();
+                    spins += 1;
+                } else {
+                    crate::atomics::yield_now();
+                }
+            }
+        }
+    }
+
+    /// Opens the gate again, publishing what the exclusive holder changed in the lanes.
+    pub(super) fn reopen(&self) {
+        self.gate.fetch_and(!EXCLUSIVE, Ordering::Release);
+    }
+
+    /// Refuses shared edits even with the gate open (`shut`: the registry takes no inserts),
+    /// or takes them again (exclusive holder only).
+    pub(super) fn shut(&self, shut: bool) {
+        if shut {
+            self.gate.fetch_or(SHUT, Ordering::Relaxed);
+        } else {
+            self.gate.fetch_and(!SHUT, Ordering::Relaxed);
+        }
+    }
+
+    /// Every lane (tests: to prime them all).
+    #[cfg(test)]
+    pub(super) fn each(&self) -> &[Lane] {
+        &self.lanes
+    }
+
+    /// The lane this thread would try first (the exclusive holder refills or drains it).
+    pub(super) fn own(&self) -> &Lane {
+        &self.lanes[pick()]
+    }
+
+    /// Forgets every lane's cached leaf (a table was freed; exclusive holder only).
+    pub(super) fn forget_leaves(&self) {
+        for lane in &self.lanes {
+            lane.leaf.store(core::ptr::null_mut(), Ordering::Relaxed);
+        }
+    }
+
+    /// The ranges and bytes booked through all lanes (wrapping sums).
+    pub(super) fn booked(&self) -> (usize, usize) {
+        self.lanes.iter().fold((0, 0), |(c, l), lane| {
+            (
+                c.wrapping_add(lane.count.load(Ordering::Relaxed)),
+                l.wrapping_add(lane.live.load(Ordering::Relaxed)),
+            )
+        })
+    }
+
+    /// Spare records held by all lanes (exclusive holder: the tests' leak checks).
+    #[cfg(all(test, not(loom)))]
+    pub(super) fn spares(&self) -> usize {
+        self.lanes
+            .iter()
+            .map(|l| l.spares.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+impl Lane {
+    #[inline(always)]
+    fn take(&self) -> bool {
+        #[cfg(not(loom))]
+        let order = Ordering::SeqCst;
+        #[cfg(loom)]
+        let order = Ordering::AcqRel;
+        self.held
+            .compare_exchange(0, 1, order, Ordering::Relaxed)
+            .is_ok()
+    }
+}
