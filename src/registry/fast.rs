@@ -189,6 +189,21 @@ impl Writer {
         true
     }
 
+    /// Frees leaf table `t` of the block starting at `base` if it is still linked there and
+    /// empty, with the tables above it that this leaves empty; whether it did.
+    pub(super) fn free_if_empty(&mut self, top: Level<'_>, t: Ptr<Table>, base: usize) -> bool {
+        let mut path = [None; LEAF];
+        let Some(at) = self.split(top, base, base, false, Some(&mut path)) else {
+            return false;
+        };
+        let linked = at.level == LEAF && at.table() == Some(t.as_mut_ptr().cast_const());
+        if !linked || at.used.is_none_or(|u| u.load(Relaxed) != 0) {
+            return false;
+        }
+        self.free_empty(at, &path);
+        true
+    }
+
     /// Frees `at` and the tables above it on `path` that are left empty, innermost first.
     fn free_empty(&mut self, at: Level<'_>, path: &[Option<Parent<'_>>; LEAF]) {
         let mut used = at.used;

@@ -38,7 +38,7 @@ pub(super) const LANES: usize = 16;
 pub(super) const LANES: usize = 2;
 /// Spare records a lane keeps: 256 bytes a lane with its header.
 #[cfg(not(loom))]
-pub(super) const SPARE: usize = 26;
+pub(super) const SPARE: usize = 24;
 #[cfg(loom)]
 pub(super) const SPARE: usize = 2;
 
@@ -59,6 +59,12 @@ pub(super) struct Lane {
     /// The leaf table this lane last edited (null: none), and its block's first address.
     leaf: AtomicPtr<Table>,
     leaf_base: AtomicUsize,
+    /// A leaf table a shared removal through this lane left empty (null: none), and its
+    /// block's first address: still linked, for the next exclusive edit to free if no range
+    /// came back to it (freeing is exclusive; this way a thread allocating and freeing alone in
+    /// a 2 MiB block stays on shared edits).
+    emptied: AtomicPtr<Table>,
+    emptied_base: AtomicUsize,
     spares: AtomicUsize,
     spare: [AtomicPtr<Record>; SPARE],
 }
@@ -70,6 +76,8 @@ const _: () = assert!(core::mem::size_of::<Lane>() == 256);
 #[repr(C, align(128))]
 pub(super) struct Lanes {
     gate: AtomicUsize,
+    /// Whether some lane noted a table it left empty (`Lane::note_emptied`).
+    emptied: AtomicUsize,
     lanes: [Lane; LANES],
 }
 
@@ -82,6 +90,8 @@ impl Lane {
             live: AtomicUsize::new(0),
             leaf: AtomicPtr::new(core::ptr::null_mut()),
             leaf_base: AtomicUsize::new(0),
+            emptied: AtomicPtr::new(core::ptr::null_mut()),
+            emptied_base: AtomicUsize::new(0),
             spares: AtomicUsize::new(0),
             spare: atomic_array![AtomicPtr::new(core::ptr::null_mut()); SPARE],
         }
@@ -151,6 +161,30 @@ impl Lane {
             .then(|| Level::child(target::<Table>(slot_of(t, TAB)), LEAF, base))
     }
 
+    /// Whether a shared removal through this lane may leave leaf table `at` empty (the lane
+    /// notes one such table at a time: none yet, or this one again).
+    #[inline]
+    pub(super) fn may_empty(&self, at: &Level<'_>) -> bool {
+        let noted = self.emptied.load(Ordering::Relaxed);
+        at.level == LEAF && (noted.is_null() || at.table() == Some(noted.cast_const()))
+    }
+
+    /// Notes leaf table `at`, just left empty, for the next exclusive edit.
+    #[inline]
+    pub(super) fn note_emptied(&self, at: &Level<'_>) {
+        if let Some(t) = at.table() {
+            self.emptied.store(t.cast_mut(), Ordering::Relaxed);
+            self.emptied_base.store(at.base, Ordering::Relaxed);
+        }
+    }
+
+    /// The leaf table noted as left empty, and its block's first address; forgotten here
+    /// (exclusive holder only).
+    pub(super) fn take_emptied(&self) -> Option<(Ptr<Table>, usize)> {
+        let t = Ptr::new(self.emptied.swap(core::ptr::null_mut(), Ordering::Relaxed))?;
+        Some((t, self.emptied_base.load(Ordering::Relaxed)))
+    }
+
     /// Remembers `at` (a leaf table) as the one last edited.
     #[inline(always)]
     pub(super) fn remember(&self, at: &Level<'_>) {
@@ -186,6 +220,7 @@ impl Lanes {
     pub(super) fn new() -> Self {
         Lanes {
             gate: AtomicUsize::new(0),
+            emptied: AtomicUsize::new(0),
             #[cfg(not(loom))]
             lanes: [const { Lane::new() }; LANES],
             #[cfg(loom)]
@@ -277,6 +312,27 @@ impl Lanes {
         &self.lanes[pick()]
     }
 
+    /// Notes that `lane` left leaf table `at` empty (shared edit).
+    #[cold]
+    pub(super) fn note_emptied(&self, lane: &Lane, at: &Level<'_>) {
+        lane.note_emptied(at);
+        if self.emptied.load(Ordering::Relaxed) == 0 {
+            self.emptied.store(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Takes every table the lanes noted as left empty (exclusive holder only).
+    pub(super) fn take_emptied(&self, mut f: impl FnMut(Ptr<Table>, usize)) {
+        if self.emptied.swap(0, Ordering::Relaxed) == 0 {
+            return;
+        }
+        for lane in &self.lanes {
+            if let Some((t, base)) = lane.take_emptied() {
+                f(t, base);
+            }
+        }
+    }
+
     /// Forgets every lane's cached leaf (a table was freed; exclusive holder only).
     pub(super) fn forget_leaves(&self) {
         for lane in &self.lanes {
@@ -292,6 +348,14 @@ impl Lanes {
                 l.wrapping_add(lane.live.load(Ordering::Relaxed)),
             )
         })
+    }
+
+    /// Whether some lane noted `t` as left empty (the tests' structure check).
+    #[cfg(all(test, not(loom)))]
+    pub(super) fn noted_empty(&self, t: &Table) -> bool {
+        self.lanes
+            .iter()
+            .any(|l| core::ptr::eq(l.emptied.load(Ordering::Relaxed), t))
     }
 
     /// Spare records held by all lanes (exclusive holder: the tests' leak checks).

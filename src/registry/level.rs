@@ -110,6 +110,13 @@ impl<'a> Level<'a> {
         }
         false
     }
+
+    /// Takes the last `n` from the used count (a shared removal leaving the table empty, noted
+    /// for the next exclusive edit); false, changing nothing, if other slots are used.
+    pub(super) fn count_out_last(&self, n: usize) -> bool {
+        self.used
+            .is_some_and(|u| u.compare_exchange(n, 0, Relaxed, Relaxed).is_ok())
+    }
 }
 
 // `Level::table` finds the table from its count.

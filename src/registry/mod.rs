@@ -23,17 +23,23 @@
 //!   going from one range to pieces of it gets its child table built aside, then swapped in), so
 //!   bytes that stay allocated are found throughout.
 //! - A free is found by its exact start with the same descent as a lookup (the slot of the
-//!   start's granule names the range), so no separate hash is needed. The writer also keeps the
-//!   leaf table it last used: consecutive edits in one 2 MiB block (a pool's) need no descent.
+//!   start's granule names the range), so no separate hash is needed. Each writer also keeps
+//!   the leaf table it last used: consecutive edits in one 2 MiB block (a pool's) need no
+//!   descent.
 //! - Records, tables and chains come from type-stable slabs (`slab.rs`): memory is reused,
 //!   never unmapped, so a reader racing a writer reads stale but valid memory.
-//! - Writers serialise on a spin lock that yields (cores are few, the holder may be preempted;
-//!   `crate::locks`, where the loom models get loom's mutex instead).
-//!   Closures handed to [`Registry::purge`], [`Registry::remove_with`] and
+//! - **Writers side by side** (`lanes.rs`, `shared.rs`): the common edits — a range linked
+//!   into empty slots of a table that exists, or unlinked from slots naming it alone — claim
+//!   their slots by compare-and-swap and run at once from many threads, each holding one of 16
+//!   lanes (its spare records, counts and cached leaf). Every other edit is *exclusive*: it
+//!   takes a spin lock that yields (`crate::locks`; loom's mutex in the models), closes the
+//!   lanes' gate and waits for them to drain. (One writer lock for everything cost 16 threads
+//!   allocating at once ×1.3–1.4 on the H200; alone the registry's writes then took 12.7 µs
+//!   per thread.) Closures handed to [`Registry::purge`], [`Registry::remove_with`] and
 //!   [`Registry::for_each`] run after the lock is released, so they may call back into the
 //!   registry. (Only a signal handler that interrupts a write on the same thread and then writes
-//!   itself can deadlock.) The process-wide registry's lock is taken around `fork()`
-//!   (`global.rs`), so a child never inherits it held.
+//!   itself can deadlock.) The process-wide registry is held exclusively around `fork()`
+//!   (`global.rs`), so a child never inherits the lock or a lane held.
 //! - **No abort when memory runs out.** Every edit asks for what it will take before it changes
 //!   anything (slab chunks and list room, allocated fallibly), and every walk goes from range to
 //!   range without a list (`Writer::first_meeting`). Without the memory, an insert leaves its
@@ -115,7 +121,8 @@ pub struct Removed {
 /// The address-range registry. `const`-constructible, so it can be a `static`.
 ///
 /// `repr(C)`: the writer lock starts a cache line of its own (checked below), so that the lock
-/// word and the writer fields that follow it (`write.rs`, `Writer`) share one line.
+/// word and the writer fields that follow it (`write.rs`, `Writer`) share one line; the lanes
+/// and the sequence counter have lines of their own.
 #[repr(C)]
 pub struct Registry {
     /// Read by every lookup; written once per write. Kept apart from the writer's lock word and

@@ -146,7 +146,7 @@ impl Registry {
         if lo != start || (hi ^ lo) >> SHIFT[LEAF] != 0 {
             return self.unlink_span(lane, start);
         }
-        if !leaf.count_out(1) {
+        if !leaf.count_out(1) && !self.count_out_last(lane, &leaf, 1) {
             return Shared::Exclusive;
         }
         if leaf.slots[i]
@@ -178,7 +178,9 @@ impl Registry {
         let mine = slot_of(p, REC);
         let span = at.span(lo, hi);
         let n = span.clone().count();
-        if span.clone().any(|i| at.slots[i].load(Relaxed) != mine) || !at.count_out(n) {
+        if span.clone().any(|i| at.slots[i].load(Relaxed) != mine)
+            || !(at.count_out(n) || self.count_out_last(lane, &at, n))
+        {
             return Shared::Exclusive;
         }
         for i in span.clone() {
@@ -196,6 +198,19 @@ impl Registry {
         }
         lane.remember(&at);
         Shared::Done(p)
+    }
+
+    /// A removal of `at`'s last `n` used slots: allowed once per lane until an exclusive edit
+    /// frees the table (or finds a range back in it), so that a thread allocating and freeing
+    /// alone in a 2 MiB block does not take the exclusive way twice per pair.
+    #[cold]
+    #[inline(never)]
+    fn count_out_last(&self, lane: &Lane, at: &Level<'_>, n: usize) -> bool {
+        if !lane.may_empty(at) || !at.count_out_last(n) {
+            return false;
+        }
+        self.lanes.note_emptied(lane, at);
+        true
     }
 
     /// The record whose range holds `addr`, found through the tables (which stay linked while a

@@ -303,11 +303,27 @@ impl Registry {
 
     /// The writer lock with the lanes closed (`lanes.rs`): every edit that is not shared.
     pub(super) fn exclusive(&self) -> Exclusive<'_> {
-        let guard = self.writer.lock();
+        let mut guard = self.writer.lock();
         self.lanes.close();
+        self.reclaim_emptied(&mut guard);
         Exclusive {
             guard,
             lanes: &self.lanes,
+        }
+    }
+
+    /// Frees the leaf tables shared removals left empty, where no range came back to them
+    /// meanwhile (with the tables above them that this empties).
+    fn reclaim_emptied(&self, w: &mut Writer) {
+        let mut freed = false;
+        self.lanes.take_emptied(|t, base| {
+            let Some(top) = w.top_if_any(self) else {
+                return;
+            };
+            freed |= w.free_if_empty(top, t, base);
+        });
+        if freed {
+            self.publish(w);
         }
     }
 
