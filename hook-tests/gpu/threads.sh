@@ -5,7 +5,7 @@
 # compare: the library before and after a change, or measurement builds made with
 # --cfg cuhook_diag="no_context" (no context query per allocation) or "no_registry" (no
 # registry write). Each column is named after its file.
-# Usage: hook-tests/gpu/threads.sh LIB [LIB...]   (OUT=dir for the raw lines)
+# Usage: hook-tests/gpu/threads.sh LIB [LIB...]   (OUT_DIR=dir for the raw lines)
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$1" "${OUT_DIR:-}"
 libs=()

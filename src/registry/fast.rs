@@ -39,12 +39,9 @@ impl Writer {
         }
         let mut at = top;
         while at.level < LEAF {
-            let sh = SHIFT[at.level];
-            let i = (lo - at.base) >> sh;
-            let (blo, bhi) = at.block(i);
-            if (hi - at.base) >> sh != i || (lo == blo && hi >= bhi) {
+            let Some((i, blo)) = at.way_down(lo, hi) else {
                 break;
-            }
+            };
             let cur = at.slots[i].load(Relaxed);
             let child = match tag(cur) {
                 TAB => target::<Table>(cur),

@@ -31,10 +31,13 @@ impl<'a> Level<'a> {
         }
     }
 
-    /// The table these slots belong to (none for the top table): its count comes first.
+    /// The table these slots belong to (none for the top table): its count comes first. The
+    /// address takes the exposed provenance of the slab element (tables are linked through
+    /// exposed pointers, `table.rs`), not the count field's own.
     #[inline(always)]
     pub(super) fn table(&self) -> Option<*const Table> {
-        self.used.map(|u| core::ptr::from_ref(u).cast::<Table>())
+        self.used
+            .map(|u| core::ptr::with_exposed_provenance::<Table>(core::ptr::from_ref(u).addr()))
     }
 
     /// Indices of the slots meeting `[lo, hi]` (which meets this table's block).
@@ -44,6 +47,17 @@ impl<'a> Level<'a> {
         let first = lo.saturating_sub(self.base) >> sh;
         let last = ((hi - self.base) >> sh).min(n - 1);
         first..=last
+    }
+
+    /// The slot to go down through towards `[lo, hi]` (which meets this table's block), and
+    /// its block's first address: the one slot holding all of the range, when it does not
+    /// hold it whole. `None` when the range's slots lie in this table.
+    #[inline(always)]
+    pub(super) fn way_down(&self, lo: usize, hi: usize) -> Option<(usize, usize)> {
+        let sh = SHIFT[self.level];
+        let i = (lo - self.base) >> sh;
+        let (blo, bhi) = self.block(i);
+        ((hi - self.base) >> sh == i && !(lo == blo && hi >= bhi)).then_some((i, blo))
     }
 
     /// The block of slot `i`, `[lo, hi]`.

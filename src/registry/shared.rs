@@ -238,12 +238,9 @@ impl Registry {
     fn slots_of(&self, lo: usize, hi: usize) -> Option<Level<'_>> {
         let mut at = self.top_level()?;
         while at.level < LEAF {
-            let sh = SHIFT[at.level];
-            let i = (lo - at.base) >> sh;
-            let (blo, bhi) = at.block(i);
-            if (hi - at.base) >> sh != i || (lo == blo && hi >= bhi) {
+            let Some((i, blo)) = at.way_down(lo, hi) else {
                 break;
-            }
+            };
             let cur = at.slots[i].load(Acquire);
             if tag(cur) != TAB {
                 return None;
