@@ -1,6 +1,6 @@
 //! Clearing a span: one range cut back to its parts outside the span (a trim, a split, or the
 //! whole range), and the removals made of such cuts (a VMM unmap of part of a mapping, an
-//! insert over ranges whose frees were missed). Under the writer lock, like `write.rs`.
+//! insert over ranges whose frees were missed). Exclusive edits (`lanes.rs`).
 
 use super::level::{Level, Piece};
 use super::record::Record;

@@ -1,6 +1,6 @@
 //! The writer's side of the page table: linking a range's slots, rewriting the slots of a range
-//! that is trimmed, split or removed, and finding the ranges in a span. Runs under the writer
-//! lock only.
+//! that is trimmed, split or removed, and finding the ranges in a span. Exclusive edits only
+//! (the writer lock, the lanes drained: `lanes.rs`).
 //!
 //! Every change a reader can see is one slot store, made after everything it points to is
 //! complete: a record is filled before its first slot links it, a shared granule gets a new

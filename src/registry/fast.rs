@@ -1,7 +1,8 @@
-//! The writer's fast paths through the page table: the common insert (`link_fast`) and the
-//! common free (`unlink_fast`), each in one descent, falling back to the
-//! general edits of `edit.rs` when they cannot. Runs under the writer lock only; the same rule
-//! as `edit.rs`: every change a reader can see is one slot store of something complete.
+//! The exclusive writer's fast paths through the page table: the common insert (`link_fast`) and
+//! free (`unlink_fast`) that a shared edit (`shared.rs`) could not make, each in one descent,
+//! falling back to the general edits of `edit.rs` when they cannot. Exclusive edits only
+//! (`lanes.rs`); the same rule as `edit.rs`: every change a reader can see is one slot store of
+//! something complete.
 #![deny(unsafe_code)]
 
 use crate::atomics::{AtomicUsize, Ordering::Relaxed, Ordering::Release};

@@ -1,10 +1,10 @@
 //! The process-wide registry the CUDA hooks keep current, and its `fork()` safety.
 //!
 //! Only the forking thread survives in the child. Had another thread been inside a registry write
-//! (any hooked allocation or free), the child would inherit the writer lock held by a thread that
-//! no longer exists, and its first hooked allocation would spin forever. So the lock is taken
-//! before the fork (the child then gets a table no writer was halfway through) and released on
-//! both sides after it.
+//! (any hooked allocation or free), the child would inherit the writer lock or a lane held by a
+//! thread that no longer exists, and its first hooked allocation would spin forever. So the
+//! registry is taken exclusively before the fork (the lock, every lane drained: the child gets a
+//! table no writer was halfway through) and released on both sides after it.
 //!
 //! # Safety
 //!

@@ -10,11 +10,12 @@
 //! *exclusive*: it takes the writer lock and waits until no shared edit runs.
 //!
 //! A shared edit holds one of [`LANES`] lanes: a flag on a cache line of its own, picked from
-//! the thread's stack address (no thread-local needed), with what the lane's owner keeps
-//! between its edits: a few spare records (so that claiming one takes no lock), its counts, and
-//! the leaf table it last edited. The exclusive side is a biased reader-writer lock: it closes
-//! the `gate`, then waits for every lane to be free; a shared edit takes its lane, then checks
-//! the gate. Both pairs of accesses are sequentially consistent, so either the edit sees the
+//! the thread's stack address (no thread-local needed; a taken lane sends it to the next few),
+//! with what the lane's owner keeps between its edits: a few spare records (so that claiming one
+//! takes no lock), its counts, the leaf table it last edited, and one it left empty.
+//!
+//! The exclusive side is a biased reader-writer lock: it closes the `gate`, then waits for every
+//! lane to be free; a shared edit takes its lane, then checks the gate. Both pairs of accesses are sequentially consistent, so either the edit sees the
 //! gate closed (and goes the exclusive way instead) or the exclusive side sees the lane held
 //! (and waits). The shared side thus pays one compare-and-swap on its own line and one load of
 //! a line that only exclusive edits write; the exclusive side a load per lane.
@@ -36,6 +37,8 @@ use super::table::{slot_of, target, Table, LEAF, SHIFT, TAB};
 pub(super) const LANES: usize = 16;
 #[cfg(loom)]
 pub(super) const LANES: usize = 2;
+/// Lanes a thread tries before it takes the exclusive way.
+const PROBES: usize = if LANES < 4 { LANES } else { 4 };
 /// Spare records a lane keeps: 256 bytes a lane with its header.
 #[cfg(not(loom))]
 pub(super) const SPARE: usize = 24;
@@ -241,16 +244,15 @@ impl Lanes {
         self.admitted(lane)
     }
 
-    /// [`Self::enter`] when the first lane was taken: the next one.
+    /// [`Self::enter`] when the first lane was taken: the next few (more threads than lanes
+    /// then share them before any goes the exclusive way).
     #[cold]
     #[inline(never)]
     fn enter_next(&self, i: usize) -> Option<&Lane> {
-        let lane = &self.lanes[(i + 1) % LANES];
-        if lane.take() {
-            self.admitted(lane)
-        } else {
-            None
-        }
+        let lane = (1..PROBES)
+            .map(|k| &self.lanes[(i + k) % LANES])
+            .find(|lane| lane.take())?;
+        self.admitted(lane)
     }
 
     /// A lane just taken, if the gate is open; otherwise left again.
