@@ -285,19 +285,37 @@ fn registry_trimmed_range_never_disappears() {
 /// Shared edits (lanes) from several threads at once, beside exclusive ones in the same leaf
 /// tables: each thread owns its addresses, checks every range it inserted is found whole until
 /// it removes it and gone after, and the structure's counts are exact at the end (a slot taken
-/// twice, a table count lost, or a table freed under a shared edit all show).
+/// twice, a table count lost, or a table freed under a shared edit all show). Checked to fail
+/// with a slot claimed by a plain store, and with a table's count kept by a load and a store.
 #[test]
 #[cfg_attr(
     miri,
     ignore = "timed stress: too slow interpreted (the loom models cover the race)"
 )]
 fn registry_shared_and_exclusive_writers_side_by_side() {
+    shared_and_exclusive_writers(4);
+}
+
+/// The same with more threads than lanes: threads share lanes, try the next ones, and go the
+/// exclusive way when those are taken too.
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "timed stress: too slow interpreted (the loom models cover the race)"
+)]
+fn registry_more_writers_than_lanes() {
+    shared_and_exclusive_writers(24);
+}
+
+/// `threads` writers in groups of four, each group in its own four leaf tables (one range in
+/// each keeps it in use, so that most removals can be shared edits), and one exclusive editor
+/// in the first group's leaves.
+fn shared_and_exclusive_writers(threads: usize) {
     const LEAF: usize = 1 << 21;
+    let groups = threads.div_ceil(4);
     let reg = Registry::new();
     reg.prime();
-    // Keeps the leaves in use, so that most removals can be shared edits. (Checked to fail with
-    // a slot claimed by a plain store, and with a table's count kept by a load and a store.)
-    for b in 0..4 {
+    for b in 0..4 * groups {
         reg.insert(Allocation::new(
             BASE + b * LEAF + LEAF - 4096,
             4096,
@@ -307,20 +325,21 @@ fn registry_shared_and_exclusive_writers_side_by_side() {
     let stop = AtomicBool::new(false);
     let ops = AtomicU64::new(0);
     std::thread::scope(|s| {
-        for t in 0..4usize {
+        for t in 0..threads {
             let (reg, stop, ops) = (&reg, &stop, &ops);
             s.spawn(move || {
                 let mut rng = Rng(0x5eed_0000 + t as u64);
+                let (group, u) = (t / 4, t % 4);
                 let mut n = 0u64;
                 while !stop.load(Relaxed) {
                     // Granules next to the other threads' in one leaf, or a few in a row.
-                    let leaf = BASE + (n as usize % 4) * LEAF;
+                    let leaf = BASE + (group * 4 + n as usize % 4) * LEAF;
                     let (start, size) = match rng.below(4) {
-                        0 => (leaf + (t * 64 + rng.below(64) as usize) * 4096, 4096),
-                        1 => (leaf + (t * 64 + rng.below(60) as usize) * 4096 + 512, 512),
-                        // Granules all four threads share, each its own 512 bytes of them.
-                        2 => (leaf + (300 + rng.below(4) as usize) * 4096 + t * 512, 512),
-                        _ => (leaf + 256 * 4096 + t * 16 * 4096, 3 * 4096 + 100),
+                        0 => (leaf + (u * 64 + rng.below(64) as usize) * 4096, 4096),
+                        1 => (leaf + (u * 64 + rng.below(60) as usize) * 4096 + 512, 512),
+                        // Granules the group's threads share, each its own 512 bytes of them.
+                        2 => (leaf + (300 + rng.below(4) as usize) * 4096 + u * 512, 512),
+                        _ => (leaf + 256 * 4096 + u * 16 * 4096, 3 * 4096 + 100),
                     };
                     let tag = mix(start, size);
                     let mut a = Allocation::new(start, size, c"shared");
@@ -363,6 +382,6 @@ fn registry_shared_and_exclusive_writers_side_by_side() {
         "shared edits: {}",
         ops.load(Relaxed)
     );
-    assert_eq!(reg.len(), 4, "{:?}", reg.snapshot());
+    assert_eq!(reg.len(), 4 * groups, "{:?}", reg.snapshot());
     reg.check();
 }
