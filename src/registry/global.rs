@@ -188,7 +188,7 @@ pub(super) fn protect_fork() {
     REGISTERED.register_fork_handlers(
         Some(prepare),
         Some(release),
-        Some(release),
+        Some(release_in_child),
         "a fork during a hooked allocation may hang the child",
     );
 }
@@ -208,4 +208,10 @@ extern "C" fn prepare() {
 extern "C" fn release() {
     // SAFETY: `prepare` took the lock on this thread just before the fork.
     unsafe { hot().release_after_fork() };
+}
+
+#[cfg(not(loom))]
+extern "C" fn release_in_child() {
+    // SAFETY: `prepare` took the lock on this thread just before the fork (the child's copy).
+    unsafe { hot().release_in_child() };
 }

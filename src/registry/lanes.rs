@@ -335,6 +335,15 @@ impl Lanes {
         }
     }
 
+    /// Frees every lane (a child just forked, whose only thread holds none: a lane taken in the
+    /// parent for a moment while the gate was closed stays taken in the copy, by no one).
+    #[cfg(not(loom))]
+    pub(super) fn free_all(&self) {
+        for lane in &self.lanes {
+            lane.leave();
+        }
+    }
+
     /// Forgets every lane's cached leaf (a table was freed; exclusive holder only).
     pub(super) fn forget_leaves(&self) {
         for lane in &self.lanes {
@@ -372,7 +381,7 @@ impl Lanes {
 
 impl Lane {
     #[inline(always)]
-    fn take(&self) -> bool {
+    pub(super) fn take(&self) -> bool {
         #[cfg(not(loom))]
         let order = Ordering::SeqCst;
         #[cfg(loom)]

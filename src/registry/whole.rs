@@ -125,6 +125,20 @@ impl Registry {
         core::mem::forget(self.exclusive());
     }
 
+    /// [`Self::release_after_fork`] in the child. Its only thread is the forking one, which
+    /// holds no lane: a lane another thread took for a moment after the lanes drained (to find
+    /// the gate closed and leave again) stays taken in the copy, by no one, and would hang the
+    /// child's first exclusive edit. So every lane is freed first.
+    ///
+    /// # Safety
+    ///
+    /// As [`Self::release_after_fork`], in the child.
+    pub(super) unsafe fn release_in_child(&self) {
+        self.lanes.free_all();
+        // SAFETY: the caller's contract.
+        unsafe { self.release_after_fork() };
+    }
+
     /// Releases the lock [`Self::hold_for_fork`] took.
     ///
     /// # Safety
