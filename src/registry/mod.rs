@@ -68,6 +68,7 @@
 
 mod cut;
 mod edit;
+mod exclusive;
 mod fast;
 mod global;
 mod lanes;

@@ -1,13 +1,11 @@
-//! Everything done under the writer lock: inserts, removals, purges and the consistent snapshots
-//! that reports need. One copy of the page table is edited in place (`edit.rs` says why readers
-//! can stay lock-free); records and tables are recycled through type-stable slabs.
+//! The writer's state, and the entry points of inserts and removals: a shared edit first
+//! (`shared.rs`), the exclusive way when it cannot (`exclusive.rs`). One copy of the page table
+//! is edited in place (`edit.rs` says why readers can stay lock-free); records and tables are
+//! recycled through type-stable slabs.
 #![allow(unsafe_code)]
 
 use crate::atomics::Ordering;
-use crate::locks::WriterGuard;
 use core::ptr::NonNull;
-
-use super::lanes::{Lanes, SPARE};
 
 use super::level::Level;
 use super::record::Record;
@@ -47,7 +45,7 @@ pub(super) struct Writer {
     top: Option<NonNull<Top>>,
     pub(super) tables: Slab<Table>,
     pub(super) buckets: Slab<Bucket>,
-    missed: u64,
+    pub(super) missed: u64,
     /// A shared granule's ranges being rebuilt (scratch).
     pub(super) granule: Vec<Ptr<Record>>,
     /// The most ranges a shared granule has listed: bounds the chain an edit may build, so that
@@ -159,49 +157,9 @@ impl Writer {
         )
     }
 
-    /// Gives the thread's lane spare records when it has none left (it then stays on shared
-    /// edits for its next inserts). Takes none it would have to allocate for when memory is short.
-    fn refill(&mut self, lanes: &Lanes) {
-        let lane = lanes.own();
-        if lane.has_spares() {
-            return;
-        }
-        let n = SPARE.div_ceil(2);
-        if self.recs.spare(n) {
-            for _ in 0..n {
-                let p = self.recs.alloc();
-                lane.push(p);
-            }
-        }
-    }
-
-    /// Gives every lane half its spare records (tests: so that any thread's first edit can be
-    /// a shared one).
-    #[cfg(test)]
-    pub(super) fn prime(&mut self, lanes: &Lanes) {
-        for lane in lanes.each() {
-            while lane.spare_count() < SPARE.div_ceil(2) {
-                let p = self.recs.alloc();
-                lane.push(p);
-            }
-        }
-    }
-
-    /// Takes spare records back from the thread's lane when it has no room left.
-    fn drain(&mut self, lanes: &Lanes) {
-        let lane = lanes.own();
-        if lane.has_room() {
-            return;
-        }
-        while lane.spare_count() > SPARE / 2 {
-            let Some(p) = lane.pop() else { break };
-            self.recs.free(p);
-        }
-    }
-
     /// The top table, allocated (zeroed: every slot empty) and published on first use; `None`
     /// when its memory cannot be had.
-    fn top<'a>(&mut self, reg: &'a Registry) -> Option<Level<'a>> {
+    pub(super) fn top<'a>(&mut self, reg: &'a Registry) -> Option<Level<'a>> {
         let top = match self.top {
             Some(t) => t,
             None => {
@@ -240,7 +198,7 @@ impl Writer {
     }
 
     /// Unlinks the whole range of record `p` (the record stays allocated).
-    fn unlink_range(&mut self, top: Level<'_>, p: Ptr<Record>) {
+    pub(super) fn unlink_range(&mut self, top: Level<'_>, p: Ptr<Record>) {
         let (lo, hi) = rec(p).span();
         if !self.unlink_fast(top, lo, hi, p) {
             self.rewrite(top, lo, hi, p, &[]);
@@ -257,7 +215,7 @@ impl Writer {
     /// Frees the record of a range no slot links any more. Its fields stay as they are until
     /// an edit under this lock reuses it, so the lock's holder may still read them.
     #[inline(always)]
-    fn free_record(&mut self, p: Ptr<Record>) {
+    pub(super) fn free_record(&mut self, p: Ptr<Record>) {
         let size = rec(p).span_size();
         self.recs.free(p);
         self.count = self.count.wrapping_sub(1);
@@ -301,121 +259,6 @@ impl Registry {
         self.seq.next.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// The writer lock with the lanes closed (`lanes.rs`): every edit that is not shared.
-    pub(super) fn exclusive(&self) -> Exclusive<'_> {
-        let mut guard = self.writer.lock();
-        self.lanes.close();
-        self.reclaim_emptied(&mut guard);
-        Exclusive {
-            guard,
-            lanes: &self.lanes,
-        }
-    }
-
-    /// Frees the leaf tables shared removals left empty, where no range came back to them
-    /// meanwhile (with the tables above them that this empties).
-    fn reclaim_emptied(&self, w: &mut Writer) {
-        let mut freed = false;
-        self.lanes.take_emptied(|t, base| {
-            let Some(top) = w.top_if_any(self) else {
-                return;
-            };
-            freed |= w.free_if_empty(top, t, base);
-        });
-        if freed {
-            self.publish(w);
-        }
-    }
-
-    /// [`Self::insert`] beyond a shared edit that filled record `p` (taken from a lane, linked
-    /// nowhere) with the range and its sequence number.
-    #[inline(never)]
-    fn insert_exclusive_filled(&self, p: Ptr<Record>) -> InsertOutcome {
-        let a = rec(p).get();
-        let mut guard = self.exclusive();
-        guard.recs.free(p);
-        self.insert_locked(guard, a, Some(a.seq))
-    }
-
-    /// [`Self::insert`] beyond a shared edit (with the sequence number it took, if any); gives
-    /// the thread's lane spare records first if it ran out.
-    #[inline(never)]
-    fn insert_exclusive(&self, a: Allocation, seq: Option<u64>) -> InsertOutcome {
-        let mut guard = self.exclusive();
-        guard.refill(&self.lanes);
-        self.insert_locked(guard, a, seq)
-    }
-
-    /// Everything [`Self::insert`] does beyond a shared edit, in the exclusive mode it took.
-    fn insert_locked(
-        &self,
-        mut guard: Exclusive<'_>,
-        mut a: Allocation,
-        seq: Option<u64>,
-    ) -> InsertOutcome {
-        let last = a.start.saturating_add(a.size - 1);
-        a.size = last - a.start + 1;
-        let w = &mut *guard;
-        if !w.open {
-            return InsertOutcome::default();
-        }
-        a.seq = seq.unwrap_or_else(|| self.next_seq());
-        let Some(top) = w.top(self) else {
-            // No table yet, so nothing in the way either.
-            drop(guard);
-            self.stats.untracked.fetch_add(1, Ordering::Relaxed);
-            return InsertOutcome::default();
-        };
-        // What the link may take is asked for before anything changes: without that memory the
-        // range goes untracked (counted; lookups do not find it, the driver is asked instead)
-        // rather than the host being aborted, and the next insert tries again.
-        let mut rec = w.room_for_edit(1).then(|| w.new_record(&a));
-        if let Some(r) = rec {
-            if w.link_fast(top, a.start, last, r) {
-                return self.inserted(w, &a, 0);
-            }
-        }
-        // Ranges in the way were freed unseen: each is cut back, one at a time (its pieces
-        // outside the new range stay, or go too when their memory cannot be had), even when the
-        // new range cannot be linked: a stale range must not answer for the new memory.
-        let mut overwritten = 0;
-        while let Some(h) = Writer::first_meeting(top, a.start, last) {
-            let cut = w.cut_one(top, a.start, last, h);
-            self.account(w, &cut);
-            overwritten += 1;
-        }
-        w.missed += overwritten as u64;
-        // What the cuts took from the reserve is asked for again.
-        if let Some(r) = rec.filter(|_| !w.room_for_edit(1)) {
-            w.recs.free(r);
-            rec = None;
-        }
-        let Some(rec) = rec else {
-            self.publish(w);
-            drop(guard);
-            self.stats.untracked.fetch_add(1, Ordering::Relaxed);
-            return InsertOutcome {
-                seq: None,
-                overwritten,
-                size: a.size,
-            };
-        };
-        w.link(top, a.start, last, rec);
-        self.inserted(w, &a, overwritten)
-    }
-
-    /// Books and publishes a range just linked.
-    fn inserted(&self, w: &mut Writer, a: &Allocation, overwritten: usize) -> InsertOutcome {
-        w.count = w.count.wrapping_add(1);
-        w.live = w.live.wrapping_add(a.size);
-        self.publish(w);
-        InsertOutcome {
-            seq: Some(a.seq),
-            overwritten,
-            size: a.size,
-        }
-    }
-
     /// Removes the range that starts exactly at `start` (what `cuMemFree(ptr)` means) and returns
     /// it; its size is the size to report for the free. A pointer inside a range finds nothing.
     ///
@@ -431,36 +274,10 @@ impl Registry {
         a
     }
 
-    /// [`Self::remove_allocation`] beyond a shared edit; then takes spare records back from the
-    /// thread's lane if it had no room left.
-    #[inline(never)]
-    fn remove_exclusive(&self, start: usize) -> Option<Allocation> {
-        let mut guard = self.exclusive();
-        let w = &mut *guard;
-        w.drain(&self.lanes);
-        let p = self.unlink_allocation(w, start)?;
-        // Copied before the record is freed (it is not reused before the lock is released).
-        let a = rec(p).get();
-        w.free_record(p);
-        self.publish_len(w);
-        Some(a)
-    }
-
-    /// Beyond the pool case: unlinks the range starting exactly at `start`, publishes the hints
-    /// (tables may have been freed) and returns its record, still to be retired.
-    #[inline(never)]
-    fn unlink_allocation(&self, w: &mut Writer, start: usize) -> Option<Ptr<Record>> {
-        let top = w.top_if_any(self)?;
-        let p = w.locate(top, start).filter(|&p| rec(p).span().0 == start)?;
-        w.unlink_range(top, p);
-        self.publish(w);
-        Some(p)
-    }
-
     /// Publishes the exclusive edits' counts after an edit that linked and freed no table (the
     /// hints are unchanged, and so is the count of missed frees).
     #[inline(always)]
-    fn publish_len(&self, w: &Writer) {
+    pub(super) fn publish_len(&self, w: &Writer) {
         self.stats.len.store(w.count, Ordering::Release);
         self.stats.live_bytes.store(w.live, Ordering::Relaxed);
     }
@@ -476,43 +293,5 @@ impl Registry {
         }
         self.publish_len(w);
         self.stats.missed.store(w.missed, Ordering::Relaxed);
-    }
-}
-
-/// The writer lock with the lanes closed: no shared edit runs while it lives, and it may edit
-/// the lanes' owned state. Opens the gate again when dropped, before the lock is released.
-pub(super) struct Exclusive<'a> {
-    guard: WriterGuard<'a, Writer>,
-    lanes: &'a Lanes,
-}
-
-impl core::ops::Deref for Exclusive<'_> {
-    type Target = Writer;
-    fn deref(&self) -> &Writer {
-        &self.guard
-    }
-}
-
-impl core::ops::DerefMut for Exclusive<'_> {
-    fn deref_mut(&mut self) -> &mut Writer {
-        &mut self.guard
-    }
-}
-
-impl Drop for Exclusive<'_> {
-    fn drop(&mut self) {
-        if core::mem::take(&mut self.guard.freed_tables) {
-            self.lanes.forget_leaves();
-        }
-        self.lanes.reopen();
-    }
-}
-
-#[cfg(test)]
-impl Registry {
-    /// Gives every lane spare records (tests: any thread's first edit may then be shared).
-    pub(super) fn prime(&self) {
-        let mut guard = self.exclusive();
-        guard.prime(&self.lanes);
     }
 }

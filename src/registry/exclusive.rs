@@ -1,0 +1,235 @@
+//! Exclusive mode: the writer lock with the lanes' gate closed and every lane drained
+//! (`lanes.rs` says why the common edits do without it). Every edit that is not a shared one
+//! runs here, and so do the lanes' upkeep: spare records given or taken back, and leaf tables
+//! a shared removal left empty freed.
+
+use super::lanes::{Lanes, SPARE};
+use super::record::Record;
+use super::slab::Ptr;
+use super::write::{rec, Writer};
+use super::{Allocation, InsertOutcome, Registry};
+use crate::atomics::Ordering;
+use crate::locks::WriterGuard;
+
+impl Registry {
+    /// The writer lock with the lanes closed (`lanes.rs`): every edit that is not shared.
+    pub(super) fn exclusive(&self) -> Exclusive<'_> {
+        let mut guard = self.writer.lock();
+        self.lanes.close();
+        self.reclaim_emptied(&mut guard);
+        Exclusive {
+            guard,
+            lanes: &self.lanes,
+        }
+    }
+
+    /// Frees the leaf tables shared removals left empty, where no range came back to them
+    /// meanwhile (with the tables above them that this empties).
+    fn reclaim_emptied(&self, w: &mut Writer) {
+        let mut freed = false;
+        self.lanes.take_emptied(|t, base| {
+            let Some(top) = w.top_if_any(self) else {
+                return;
+            };
+            freed |= w.free_if_empty(top, t, base);
+        });
+        if freed {
+            self.publish(w);
+        }
+    }
+
+    /// [`Self::insert`] beyond a shared edit that filled record `p` (taken from a lane, linked
+    /// nowhere) with the range and its sequence number.
+    #[inline(never)]
+    pub(super) fn insert_exclusive_filled(&self, p: Ptr<Record>) -> InsertOutcome {
+        let a = rec(p).get();
+        let mut guard = self.exclusive();
+        guard.recs.free(p);
+        self.insert_locked(guard, a, Some(a.seq))
+    }
+
+    /// [`Self::insert`] beyond a shared edit (with the sequence number it took, if any); gives
+    /// the thread's lane spare records first if it ran out.
+    #[inline(never)]
+    pub(super) fn insert_exclusive(&self, a: Allocation, seq: Option<u64>) -> InsertOutcome {
+        let mut guard = self.exclusive();
+        guard.refill(&self.lanes);
+        self.insert_locked(guard, a, seq)
+    }
+
+    /// Everything [`Self::insert`] does beyond a shared edit, in the exclusive mode it took.
+    fn insert_locked(
+        &self,
+        mut guard: Exclusive<'_>,
+        mut a: Allocation,
+        seq: Option<u64>,
+    ) -> InsertOutcome {
+        let last = a.start.saturating_add(a.size - 1);
+        a.size = last - a.start + 1;
+        let w = &mut *guard;
+        if !w.open {
+            return InsertOutcome::default();
+        }
+        a.seq = seq.unwrap_or_else(|| self.next_seq());
+        let Some(top) = w.top(self) else {
+            // No table yet, so nothing in the way either.
+            drop(guard);
+            self.stats.untracked.fetch_add(1, Ordering::Relaxed);
+            return InsertOutcome::default();
+        };
+        // What the link may take is asked for before anything changes: without that memory the
+        // range goes untracked (counted; lookups do not find it, the driver is asked instead)
+        // rather than the host being aborted, and the next insert tries again.
+        let mut rec = w.room_for_edit(1).then(|| w.new_record(&a));
+        if let Some(r) = rec {
+            if w.link_fast(top, a.start, last, r) {
+                return self.inserted(w, &a, 0);
+            }
+        }
+        // Ranges in the way were freed unseen: each is cut back, one at a time (its pieces
+        // outside the new range stay, or go too when their memory cannot be had), even when the
+        // new range cannot be linked: a stale range must not answer for the new memory.
+        let mut overwritten = 0;
+        while let Some(h) = Writer::first_meeting(top, a.start, last) {
+            let cut = w.cut_one(top, a.start, last, h);
+            self.account(w, &cut);
+            overwritten += 1;
+        }
+        w.missed += overwritten as u64;
+        // What the cuts took from the reserve is asked for again.
+        if let Some(r) = rec.filter(|_| !w.room_for_edit(1)) {
+            w.recs.free(r);
+            rec = None;
+        }
+        let Some(rec) = rec else {
+            self.publish(w);
+            drop(guard);
+            self.stats.untracked.fetch_add(1, Ordering::Relaxed);
+            return InsertOutcome {
+                seq: None,
+                overwritten,
+                size: a.size,
+            };
+        };
+        w.link(top, a.start, last, rec);
+        self.inserted(w, &a, overwritten)
+    }
+
+    /// Books and publishes a range just linked.
+    fn inserted(&self, w: &mut Writer, a: &Allocation, overwritten: usize) -> InsertOutcome {
+        w.count = w.count.wrapping_add(1);
+        w.live = w.live.wrapping_add(a.size);
+        self.publish(w);
+        InsertOutcome {
+            seq: Some(a.seq),
+            overwritten,
+            size: a.size,
+        }
+    }
+
+    /// [`Self::remove_allocation`] beyond a shared edit; then takes spare records back from the
+    /// thread's lane if it had no room left.
+    #[inline(never)]
+    pub(super) fn remove_exclusive(&self, start: usize) -> Option<Allocation> {
+        let mut guard = self.exclusive();
+        let w = &mut *guard;
+        w.drain(&self.lanes);
+        let p = self.unlink_allocation(w, start)?;
+        // Copied before the record is freed (it is not reused before the lock is released).
+        let a = rec(p).get();
+        w.free_record(p);
+        self.publish_len(w);
+        Some(a)
+    }
+
+    /// Beyond the pool case: unlinks the range starting exactly at `start`, publishes the hints
+    /// (tables may have been freed) and returns its record, still to be retired.
+    #[inline(never)]
+    fn unlink_allocation(&self, w: &mut Writer, start: usize) -> Option<Ptr<Record>> {
+        let top = w.top_if_any(self)?;
+        let p = w.locate(top, start).filter(|&p| rec(p).span().0 == start)?;
+        w.unlink_range(top, p);
+        self.publish(w);
+        Some(p)
+    }
+}
+
+impl Writer {
+    /// Gives the thread's lane spare records when it has none left (it then stays on shared
+    /// edits for its next inserts). Takes none it would have to allocate for when memory is short.
+    pub(super) fn refill(&mut self, lanes: &Lanes) {
+        let lane = lanes.own();
+        if lane.has_spares() {
+            return;
+        }
+        let n = SPARE.div_ceil(2);
+        if self.recs.spare(n) {
+            for _ in 0..n {
+                let p = self.recs.alloc();
+                lane.push(p);
+            }
+        }
+    }
+
+    /// Gives every lane half its spare records (tests: so that any thread's first edit can be
+    /// a shared one).
+    #[cfg(test)]
+    pub(super) fn prime(&mut self, lanes: &Lanes) {
+        for lane in lanes.each() {
+            while lane.spare_count() < SPARE.div_ceil(2) {
+                let p = self.recs.alloc();
+                lane.push(p);
+            }
+        }
+    }
+
+    /// Takes spare records back from the thread's lane when it has no room left.
+    pub(super) fn drain(&mut self, lanes: &Lanes) {
+        let lane = lanes.own();
+        if lane.has_room() {
+            return;
+        }
+        while lane.spare_count() > SPARE / 2 {
+            let Some(p) = lane.pop() else { break };
+            self.recs.free(p);
+        }
+    }
+}
+
+/// The writer lock with the lanes closed: no shared edit runs while it lives, and it may edit
+/// the lanes' owned state. Opens the gate again when dropped, before the lock is released.
+pub(super) struct Exclusive<'a> {
+    guard: WriterGuard<'a, Writer>,
+    lanes: &'a Lanes,
+}
+
+impl core::ops::Deref for Exclusive<'_> {
+    type Target = Writer;
+    fn deref(&self) -> &Writer {
+        &self.guard
+    }
+}
+
+impl core::ops::DerefMut for Exclusive<'_> {
+    fn deref_mut(&mut self) -> &mut Writer {
+        &mut self.guard
+    }
+}
+
+impl Drop for Exclusive<'_> {
+    fn drop(&mut self) {
+        if core::mem::take(&mut self.guard.freed_tables) {
+            self.lanes.forget_leaves();
+        }
+        self.lanes.reopen();
+    }
+}
+
+#[cfg(test)]
+impl Registry {
+    /// Gives every lane spare records (tests: any thread's first edit may then be shared).
+    pub(super) fn prime(&self) {
+        let mut guard = self.exclusive();
+        guard.prime(&self.lanes);
+    }
+}
