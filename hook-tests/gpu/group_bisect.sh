@@ -19,7 +19,7 @@ for on in 0 1; do
         esac
         dir="$out/group$on-$run"
         mkdir -p "$dir"
-        (cd "$dir" && PYTORCH_CUDA_ALLOC_CONF=$conf CUHOOK_GROUP_DLOPEN=$on LD_PRELOAD="$CUHOOK_LIB" \
+        (cd "$dir" && env ${conf:+PYTORCH_CUDA_ALLOC_CONF=$conf} CUHOOK_GROUP_DLOPEN=$on LD_PRELOAD="$CUHOOK_LIB" \
             timeout 120 python3 "$here/${args[0]}" "${args[@]:1}" >"$dir/out.txt" 2>&1)
         echo "CUHOOK_GROUP_DLOPEN=$on $run: exit $?"
         core=$(ls "$dir"/core* 2>/dev/null | head -1)
