@@ -16,14 +16,12 @@ pub fn set_group_dlopen(on: bool) {
     GROUP_DLOPEN.store(if on { 2 } else { 1 }, Ordering::Relaxed);
 }
 
-/// Whether the group path is on: as set, else as `CUHOOK_GROUP_DLOPEN` says (`1`, `true`,
-/// `yes` or `on`), read once.
+/// Whether the group path is on: as set, else as `CUHOOK_GROUP_DLOPEN` says, read once (what
+/// a library that installs through the API, with the constructor's configuration off, gets).
 pub fn group_dlopen() -> bool {
     match GROUP_DLOPEN.load(Ordering::Relaxed) {
         0 => {
-            let on = std::env::var_os("CUHOOK_GROUP_DLOPEN").is_some_and(|v| {
-                matches!(v.to_str().map(str::trim), Some("1" | "true" | "yes" | "on"))
-            });
+            let on = crate::sys::process::env_flag("CUHOOK_GROUP_DLOPEN");
             // A concurrent `set_group_dlopen` wins over the environment.
             let _ = GROUP_DLOPEN.compare_exchange(
                 0,

@@ -79,10 +79,9 @@ impl Config {
             ("CUHOOK_GROUP_DLOPEN", &mut c.group_dlopen),
         ] {
             if let Some(v) = text(variable) {
-                match v.trim() {
-                    "1" | "true" | "yes" | "on" => *field = true,
-                    "" | "0" | "false" | "no" | "off" => {}
-                    _ => warnings.push(Warning {
+                match crate::sys::process::parse_flag(&v) {
+                    Some(on) => *field = on,
+                    None => warnings.push(Warning {
                         variable,
                         value: v,
                         accepted: "1|0|true|false|yes|no|on|off",

@@ -9,7 +9,7 @@
 //! stays allocated through a trim or split always finds it.
 #![deny(unsafe_code)]
 
-use crate::atomics::{Ordering::Relaxed, Ordering::Release};
+use crate::atomics::{Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
 use super::level::{Level, Piece};
 use super::record::Record;
@@ -335,23 +335,29 @@ impl Writer {
 
     /// The record linked for `addr`, if a range contains it.
     pub(super) fn locate(&self, top: Level<'_>, addr: usize) -> Option<Ptr<Record>> {
-        let mut at = self.cached_leaf(addr, addr).unwrap_or(top);
-        loop {
-            let i = *at.span(addr, addr).start();
-            let cur = at.slots[i].load(Relaxed);
-            let holds = |p: Ptr<Record>| {
-                let (lo, hi) = target::<Record>(slot_of(p, REC)).span();
-                lo <= addr && addr <= hi
-            };
-            match tag(cur) {
-                REC => return Some(ptr_of(cur)).filter(|&p| holds(p)),
-                BUCKET => return chain_find(target::<Bucket>(cur), holds),
-                TAB => {
-                    let (blo, _) = at.block(i);
-                    at = Level::child(target::<Table>(cur), at.level + 1, blo);
-                }
-                _ => return None,
+        locate_from(self.cached_leaf(addr, addr).unwrap_or(top), addr)
+    }
+}
+
+/// The record linked for `addr`, if a range contains it, looked for from `at` down (tables and
+/// chains only change in exclusive mode, so a shared edit may walk them too).
+pub(super) fn locate_from(mut at: Level<'_>, addr: usize) -> Option<Ptr<Record>> {
+    loop {
+        let i = *at.span(addr, addr).start();
+        // Acquire: in a shared edit another lane may have just linked a record here.
+        let cur = at.slots[i].load(Acquire);
+        let holds = |p: Ptr<Record>| {
+            let (lo, hi) = target::<Record>(slot_of(p, REC)).span();
+            lo <= addr && addr <= hi
+        };
+        match tag(cur) {
+            REC => return Some(ptr_of(cur)).filter(|&p| holds(p)),
+            BUCKET => return chain_find(target::<Bucket>(cur), holds),
+            TAB => {
+                let (blo, _) = at.block(i);
+                at = Level::child(target::<Table>(cur), at.level + 1, blo);
             }
+            _ => return None,
         }
     }
 }

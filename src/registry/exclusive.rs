@@ -3,7 +3,7 @@
 //! runs here, and so do the lanes' upkeep: spare records given or taken back, and leaf tables
 //! a shared removal left empty freed.
 
-use super::lanes::{Lanes, SPARE};
+use super::lanes::{Lane, Lanes, SPARE};
 use super::record::Record;
 use super::slab::Ptr;
 use super::write::{rec, Writer};
@@ -48,13 +48,13 @@ impl Registry {
         self.insert_locked(guard, a, Some(a.seq))
     }
 
-    /// [`Self::insert`] beyond a shared edit (with the sequence number it took, if any); gives
-    /// the thread's lane spare records first if it ran out.
+    /// [`Self::insert`] when no shared edit could begin (no lane, or no spare record in it);
+    /// gives the thread's lane spare records first if it ran out.
     #[inline(never)]
-    pub(super) fn insert_exclusive(&self, a: Allocation, seq: Option<u64>) -> InsertOutcome {
+    pub(super) fn insert_exclusive(&self, a: Allocation) -> InsertOutcome {
         let mut guard = self.exclusive();
         guard.refill(&self.lanes);
-        self.insert_locked(guard, a, seq)
+        self.insert_locked(guard, a, None)
     }
 
     /// Everything [`Self::insert`] does beyond a shared edit, in the exclusive mode it took.
@@ -156,27 +156,20 @@ impl Registry {
 
 impl Writer {
     /// Gives the thread's lane spare records when it has none left (it then stays on shared
-    /// edits for its next inserts). Takes none it would have to allocate for when memory is short.
+    /// edits for its next inserts).
     pub(super) fn refill(&mut self, lanes: &Lanes) {
         let lane = lanes.own();
-        if lane.has_spares() {
-            return;
-        }
-        let n = SPARE.div_ceil(2);
-        if self.recs.spare(n) {
-            for _ in 0..n {
-                let p = self.recs.alloc();
-                lane.push(p);
-            }
+        if !lane.has_spares() {
+            self.fill(lane);
         }
     }
 
-    /// Gives every lane half its spare records (tests: so that any thread's first edit can be
-    /// a shared one).
-    #[cfg(test)]
-    pub(super) fn prime(&mut self, lanes: &Lanes) {
-        for lane in lanes.each() {
-            while lane.spare_count() < SPARE.div_ceil(2) {
+    /// Fills `lane` to half its spare records; takes none it would have to allocate for when
+    /// memory is short.
+    fn fill(&mut self, lane: &Lane) {
+        let n = SPARE.div_ceil(2).saturating_sub(lane.spare_count());
+        if self.recs.spare(n) {
+            for _ in 0..n {
                 let p = self.recs.alloc();
                 lane.push(p);
             }
@@ -230,6 +223,8 @@ impl Registry {
     /// Gives every lane spare records (tests: any thread's first edit may then be shared).
     pub(super) fn prime(&self) {
         let mut guard = self.exclusive();
-        guard.prime(&self.lanes);
+        for lane in self.lanes.each() {
+            guard.fill(lane);
+        }
     }
 }

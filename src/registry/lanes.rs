@@ -15,10 +15,11 @@
 //! takes no lock), its counts, the leaf table it last edited, and one it left empty.
 //!
 //! The exclusive side is a biased reader-writer lock: it closes the `gate`, then waits for every
-//! lane to be free; a shared edit takes its lane, then checks the gate. Both pairs of accesses are sequentially consistent, so either the edit sees the
-//! gate closed (and goes the exclusive way instead) or the exclusive side sees the lane held
-//! (and waits). The shared side thus pays one compare-and-swap on its own line and one load of
-//! a line that only exclusive edits write; the exclusive side a load per lane.
+//! lane to be free; a shared edit takes its lane, then checks the gate. Both pairs of accesses
+//! are sequentially consistent, so either the edit sees the gate closed (and goes the exclusive
+//! way instead) or the exclusive side sees the lane held (and waits). The shared side thus pays
+//! one compare-and-swap on its own line and one load of a line that only exclusive edits write;
+//! the exclusive side a load per lane.
 //!
 //! While the gate is closed the exclusive holder may also edit every lane's owned state (refill
 //! spares, forget a cached table): a thread that takes a lane then only looks at the gate and
@@ -325,7 +326,9 @@ impl Lanes {
 
     /// Takes every table the lanes noted as left empty (exclusive holder only).
     pub(super) fn take_emptied(&self, mut f: impl FnMut(Ptr<Table>, usize)) {
-        if self.emptied.swap(0, Ordering::Relaxed) == 0 {
+        // Read before it is written: every exclusive edit asks, few find one.
+        if self.emptied.load(Ordering::Relaxed) == 0 || self.emptied.swap(0, Ordering::Relaxed) == 0
+        {
             return;
         }
         for lane in &self.lanes {

@@ -6,7 +6,7 @@ use crate::atomics::{AtomicUsize, Ordering::Relaxed, Ordering::Release};
 
 use super::record::Record;
 use super::slab::Ptr;
-use super::table::{Table, EMPTY, FAN, SHIFT, TOP_SLOTS};
+use super::table::{Table, Top, EMPTY, FAN, SHIFT, TOP_SLOTS};
 
 /// A piece of a range being rewritten: its new record and `[lo, hi]`.
 pub(super) type Piece = (Ptr<Record>, usize, usize);
@@ -22,6 +22,16 @@ pub(super) struct Level<'a> {
 }
 
 impl<'a> Level<'a> {
+    /// The top table's slots (no count: the top is never freed).
+    pub(super) fn top(top: &'a Top) -> Self {
+        Level {
+            slots: &top.slots,
+            used: None,
+            level: 0,
+            base: 0,
+        }
+    }
+
     pub(super) fn child(t: &'a Table, level: usize, base: usize) -> Self {
         Level {
             slots: &t.slots,

@@ -13,6 +13,7 @@
 
 use crate::atomics::Ordering::{Acquire, Relaxed, Release};
 
+use super::edit::locate_from;
 use super::lanes::Lane;
 use super::level::Level;
 use super::record::Record;
@@ -22,8 +23,9 @@ use super::write::rec;
 use super::{Allocation, Registry};
 
 /// How a shared removal's search ended.
-enum Shared<T> {
-    Done(T),
+enum Shared {
+    /// This record's range starts there and is unlinked.
+    Done(Ptr<Record>),
     /// Nothing to do: no range starts there.
     Absent,
     /// The edit needs the exclusive way.
@@ -132,7 +134,7 @@ impl Registry {
     }
 
     #[inline(always)]
-    fn unlink_in(&self, lane: &Lane, start: usize) -> Shared<Ptr<Record>> {
+    fn unlink_in(&self, lane: &Lane, start: usize) -> Shared {
         let Some(leaf) = lane.leaf_granule(start, start) else {
             return self.unlink_span(lane, start);
         };
@@ -162,16 +164,13 @@ impl Registry {
     /// Beyond the pool case: finds the range starting at `start`, then unlinks each of its slots
     /// (all in one table).
     #[inline(never)]
-    fn unlink_span(&self, lane: &Lane, start: usize) -> Shared<Ptr<Record>> {
-        let p = match self.record_at(start) {
-            Shared::Done(p) => p,
-            Shared::Absent => return Shared::Absent,
-            Shared::Exclusive => return Shared::Exclusive,
+    fn unlink_span(&self, lane: &Lane, start: usize) -> Shared {
+        // Tables and chains stay as they are while a lane is held: the exclusive writer's walk.
+        let found = self.top_level().and_then(|top| locate_from(top, start));
+        let Some(p) = found.filter(|&p| rec(p).span().0 == start) else {
+            return Shared::Absent;
         };
         let (lo, hi) = rec(p).span();
-        if lo != start {
-            return Shared::Absent;
-        }
         let Some(at) = self.slots_of(lo, hi) else {
             return Shared::Exclusive;
         };
@@ -213,26 +212,6 @@ impl Registry {
         true
     }
 
-    /// The record whose range holds `addr`, found through the tables (which stay linked while a
-    /// lane is held); `Exclusive` for a shared granule.
-    fn record_at(&self, addr: usize) -> Shared<Ptr<Record>> {
-        let Some(mut at) = self.top_level() else {
-            return Shared::Absent;
-        };
-        loop {
-            let cur = at.slots[index(at.level, addr)].load(Acquire);
-            match tag(cur) {
-                TAB if at.level < LEAF => {
-                    let (blo, _) = at.block(index(at.level, addr));
-                    at = Level::child(target::<Table>(cur), at.level + 1, blo);
-                }
-                REC => return Shared::Done(ptr_of(cur)),
-                EMPTY => return Shared::Absent,
-                _ => return Shared::Exclusive,
-            }
-        }
-    }
-
     /// The table where `[lo, hi]`'s slots lie (the way down while one slot holds all of it, and
     /// not whole), if every table on the way exists.
     fn slots_of(&self, lo: usize, hi: usize) -> Option<Level<'_>> {
@@ -252,12 +231,6 @@ impl Registry {
 
     /// The top table as a level, once there is one.
     fn top_level(&self) -> Option<Level<'_>> {
-        let top = super::table::deref(self.read.top.load(Acquire))?;
-        Some(Level {
-            slots: &top.slots,
-            used: None,
-            level: 0,
-            base: 0,
-        })
+        super::table::deref(self.read.top.load(Acquire)).map(Level::top)
     }
 }

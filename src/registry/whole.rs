@@ -1,6 +1,6 @@
-//! Operations on the whole registry in exclusive mode (the writer lock, lanes closed): purges, clear (and the attached
-//! flag's switch, which clears on detach), consistent snapshots, and the lock held across
-//! `fork`.
+//! Operations on the whole registry in exclusive mode (the writer lock, lanes closed): purges,
+//! clear (and the attached flag's switch, which clears on detach), consistent snapshots, and
+//! the exclusive mode held across `fork`.
 
 use super::write::{rec, Writer};
 use super::{Allocation, Registry};

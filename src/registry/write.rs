@@ -171,12 +171,7 @@ impl Writer {
         };
         // SAFETY: owned by this writer, freed only when the registry drops (after `'a`).
         let top: &'a Top = unsafe { top.as_ref() };
-        Some(Level {
-            slots: &top.slots,
-            used: None,
-            level: 0,
-            base: 0,
-        })
+        Some(Level::top(top))
     }
 
     /// The top table if there is one (reads need not create it).
@@ -248,7 +243,7 @@ impl Registry {
                 size: a.size,
             },
             Err(Some(p)) => self.insert_exclusive_filled(p),
-            Err(None) => self.insert_exclusive(a, None),
+            Err(None) => self.insert_exclusive(a),
         }
     }
 

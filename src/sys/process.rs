@@ -25,3 +25,20 @@ pub(crate) fn realtime_ns() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
     (now.tv_sec as u64) * 1_000_000_000 + now.tv_nsec as u64
 }
+
+/// A yes/no setting: `Some(true)` for `1`, `true`, `yes` or `on`, `Some(false)` for nothing,
+/// `0`, `false`, `no` or `off` (spaces around ignored), `None` for anything else.
+pub(crate) fn parse_flag(value: &str) -> Option<bool> {
+    match value.trim() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "" | "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+/// The yes/no environment variable `name` ([`parse_flag`]); false when it is unset or not a
+/// flag, and in secure execution (whose environment is not to be trusted).
+pub(crate) fn env_flag(name: &str) -> bool {
+    !secure_execution()
+        && std::env::var_os(name).is_some_and(|v| v.to_str().and_then(parse_flag) == Some(true))
+}

@@ -63,9 +63,14 @@ impl State {
                             _ => 0,
                         };
                     }
-                    // Several: the opened object was added first, its new dependencies after
-                    // it, at the end of its namespace's list. When exactly `added - 1` new
-                    // objects follow it there, they are the rest.
+                    // Several: a whole sync, unless the group path is on (it is off by default:
+                    // `hooks::group_dlopen`), which finds and indexes nothing else first.
+                    if !crate::hooks::group_dlopen() {
+                        return self.sync_until_stable();
+                    }
+                    // The opened object was added first, its new dependencies after it, at the
+                    // end of its namespace's list. When exactly `added - 1` new objects follow
+                    // it there, they are the rest.
                     let count = added as usize - 1;
                     // SAFETY: the caller holds `handle`, hence its link map, live.
                     let rest = unsafe {
@@ -92,10 +97,7 @@ impl State {
                         ObjectIndex::build_in(head.clone(), Some(&self.wanted), &mut self.room)
                     });
                     let defines_none = |i: &Option<Result<ObjectIndex>>| matches!(i, Some(Ok(i)) if !i.defines_wanted());
-                    if crate::hooks::group_dlopen()
-                        && defines_none(&built)
-                        && rest.indexes.iter().all(defines_none)
-                    {
+                    if defines_none(&built) && rest.indexes.iter().all(defines_none) {
                         return self.opened_group(head, built, link_map, pin, rest, now);
                     }
                 }
@@ -106,9 +108,9 @@ impl State {
 
     /// The `dlopen` fast path for several new objects: `first` (opened through `pin`, whose
     /// link map is `link_map`, indexed as `built`) and `after`, the objects the loader listed
-    /// after it, all new, as `batch::index_after` found and indexed them. Those proven to be in the opened object's
-    /// scope (its dependencies, which its handle keeps loaded) are patched as it is; the rest,
-    /// with no reference of ours, from inside one walk of the loader's list.
+    /// after it, all new, as `batch::index_after` found and indexed them. Those proven to be in
+    /// the opened object's scope (its dependencies, which its handle keeps loaded) are patched
+    /// as it is; the rest, with no reference of ours, from inside one walk of the loader's list.
     fn opened_group(
         &mut self,
         first: Arc<LoadedObject>,
