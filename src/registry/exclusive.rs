@@ -4,7 +4,7 @@
 //! a shared removal left empty freed.
 
 use super::lanes::{Lane, Lanes, SPARE};
-use super::record::Record;
+use super::record::{Record, RemovedRecord};
 use super::slab::Ptr;
 use super::write::{rec, Writer};
 use super::{Allocation, InsertOutcome, Registry};
@@ -130,13 +130,13 @@ impl Registry {
     /// [`Self::remove_allocation`] beyond a shared edit; then takes spare records back from the
     /// thread's lane if it had no room left.
     #[inline(never)]
-    pub(super) fn remove_exclusive(&self, start: usize) -> Option<Allocation> {
+    pub(super) fn remove_exclusive(&self, start: usize) -> Option<RemovedRecord> {
         let mut guard = self.exclusive();
         let w = &mut *guard;
         w.drain(&self.lanes);
         let p = self.unlink_allocation(w, start)?;
         // Copied before the record is freed (it is not reused before the lock is released).
-        let a = rec(p).get();
+        let a = rec(p).take();
         w.free_record(p);
         self.publish_len(w);
         Some(a)

@@ -125,13 +125,14 @@ impl<'a> Level<'a> {
         let Some(used) = self.used else {
             return true;
         };
-        let mut u = used.load(Relaxed);
-        while u > n {
-            match used.compare_exchange_weak(u, u - n, Relaxed, Relaxed) {
-                Ok(_) => return true,
-                Err(now) => u = now,
-            }
+        // Taken first and given back if it was the last: another lane's `count_out` may meanwhile
+        // see the count low and fail (it then goes the exclusive way), but none can succeed
+        // wrongly, since a lane only ever lowers what the others read for a moment. One atomic
+        // add instead of a load and a compare-and-swap loop.
+        if used.fetch_sub(n, Relaxed) > n {
+            return true;
         }
+        used.fetch_add(n, Relaxed);
         false
     }
 

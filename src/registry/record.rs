@@ -127,9 +127,15 @@ impl Record {
 
     /// Writer: the allocation, read under the writer lock.
     pub(super) fn get(&self) -> Allocation {
-        // SAFETY: under the writer lock nothing rewrites a record; it was completely written by
-        // `store` (module doc).
-        unsafe { self.load().into_allocation() }
+        self.take().allocation()
+    }
+
+    /// Writer: the record's fields as they are, read while no one may rewrite them (under the
+    /// writer lock, or in the lane that just unlinked it), left encoded: the free hooks copy
+    /// the words and decode them only if someone asks.
+    #[inline(always)]
+    pub(super) fn take(&self) -> RemovedRecord {
+        RemovedRecord(self.load())
     }
 
     /// Writer: fills a record that no slot links (readers holding a stale pointer to it will see
@@ -137,29 +143,87 @@ impl Record {
     /// hook's registers.
     #[inline(always)]
     pub(super) fn store(&self, a: &Allocation) {
-        let api = a.api.to_bytes_with_nul();
-        let mem_type = a.mem_type as i32 as u8 as usize;
+        let raw = RawRecord::of(a);
         let v = self.version.load(Relaxed);
         self.version.store(v.wrapping_add(1), Relaxed);
         // Release fence: the odd version is visible before any field store below.
         fence(Release);
-        self.start.store(a.start, Relaxed);
-        self.size.store(a.size, Relaxed);
-        self.seq.store(a.seq, Relaxed);
-        self.pool.store(a.pool, Relaxed);
-        self.stream.store(a.stream, Relaxed);
-        self.context.store(a.context, Relaxed);
-        self.api_ptr.store(api.as_ptr().cast_mut(), Relaxed);
-        let stack = (a.stack.0 as usize) << 32;
-        self.api_len_type
-            .store(stack | (api.len() as u32 as usize) << 8 | mem_type, Relaxed);
-        self.dev_flags
-            .store(a.device as u32 as u64 | (a.flags as u64) << 32, Relaxed);
+        self.start.store(raw.start, Relaxed);
+        self.size.store(raw.size, Relaxed);
+        self.seq.store(raw.seq, Relaxed);
+        self.pool.store(raw.pool, Relaxed);
+        self.stream.store(raw.stream, Relaxed);
+        self.context.store(raw.context, Relaxed);
+        self.api_ptr.store(raw.api_ptr.cast_mut(), Relaxed);
+        self.api_len_type.store(raw.api_len_type, Relaxed);
+        self.dev_flags.store(raw.dev_flags, Relaxed);
         self.version.store(v.wrapping_add(2), Release);
     }
 }
 
+/// A removed allocation's record, copied word for word and not yet decoded: what a free hook
+/// keeps across the real call (to put the range back if the driver refuses the free, and to
+/// tell subscribers), decoded only when one of those happens. Copying the decoded
+/// [`Allocation`] instead moved it through registers and the stack three times per free.
+#[derive(Clone, Copy)]
+pub struct RemovedRecord(RawRecord);
+
+impl RemovedRecord {
+    /// The allocation the record held.
+    #[inline]
+    pub fn allocation(&self) -> Allocation {
+        // SAFETY: a `RemovedRecord` is made only from a record read while no one could rewrite
+        // it ([`Record::take`]) or from an allocation ([`RemovedRecord::from`]): consistent, and
+        // filled as `Record::store` fills one.
+        unsafe { self.0.into_allocation() }
+    }
+
+    /// The range's first address.
+    pub fn start(&self) -> usize {
+        self.0.start
+    }
+
+    /// The range's size in bytes.
+    pub fn size(&self) -> usize {
+        self.0.size
+    }
+}
+
+impl From<&Allocation> for RemovedRecord {
+    fn from(a: &Allocation) -> Self {
+        RemovedRecord(RawRecord::of(a))
+    }
+}
+
+impl core::fmt::Debug for RemovedRecord {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_tuple("RemovedRecord")
+            .field(&self.allocation())
+            .finish()
+    }
+}
+
 impl RawRecord {
+    /// `a` encoded as a record holds it (the version left 0).
+    #[inline(always)]
+    fn of(a: &Allocation) -> Self {
+        let api = a.api.to_bytes_with_nul();
+        let mem_type = a.mem_type as i32 as u8 as usize;
+        let stack = (a.stack.0 as usize) << 32;
+        RawRecord {
+            version: 0,
+            start: a.start,
+            size: a.size,
+            seq: a.seq,
+            pool: a.pool,
+            stream: a.stream,
+            context: a.context,
+            api_ptr: api.as_ptr(),
+            api_len_type: stack | (api.len() as u32 as usize) << 8 | mem_type,
+            dev_flags: a.device as u32 as u64 | (a.flags as u64) << 32,
+        }
+    }
+
     /// Whether the range holds `ptr`.
     #[inline(always)]
     pub(super) fn contains(&self, ptr: usize) -> bool {

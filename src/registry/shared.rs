@@ -16,7 +16,7 @@ use crate::atomics::Ordering::{Acquire, Relaxed, Release};
 use super::edit::locate_from;
 use super::lanes::Lane;
 use super::level::Level;
-use super::record::Record;
+use super::record::{Record, RemovedRecord};
 use super::slab::Ptr;
 use super::table::{index, ptr_of, slot_of, tag, target, Table, EMPTY, LEAF, REC, SHIFT, TAB};
 use super::write::rec;
@@ -102,7 +102,11 @@ impl Registry {
     /// Unlinks the range starting exactly at `start` as a shared edit, and returns it; sets
     /// `exclusive` (returning `None`) when the exclusive way must run instead.
     #[inline(always)]
-    pub(super) fn remove_shared(&self, start: usize, exclusive: &mut bool) -> Option<Allocation> {
+    pub(super) fn remove_shared(
+        &self,
+        start: usize,
+        exclusive: &mut bool,
+    ) -> Option<RemovedRecord> {
         let Some(lane) = self.lanes.enter() else {
             *exclusive = true;
             return None;
@@ -128,7 +132,7 @@ impl Registry {
         lane.push(p);
         // Copied last, straight into the caller's value, before the lane (which may reuse the
         // record: no one else can, no slot links it) is left.
-        let a = Some(rec(p).get());
+        let a = Some(rec(p).take());
         lane.leave();
         a
     }
@@ -148,7 +152,7 @@ impl Registry {
         if lo != start || (hi ^ lo) >> SHIFT[LEAF] != 0 {
             return self.unlink_span(lane, start);
         }
-        if !leaf.count_out(1) && !self.count_out_last(lane, &leaf, 1) {
+        if !leaf.count_out(1) && !self.count_out_last(lane, leaf, 1) {
             return Shared::Exclusive;
         }
         if leaf.slots[i]
@@ -178,7 +182,7 @@ impl Registry {
         let span = at.span(lo, hi);
         let n = span.clone().count();
         if span.clone().any(|i| at.slots[i].load(Relaxed) != mine)
-            || !(at.count_out(n) || self.count_out_last(lane, &at, n))
+            || !(at.count_out(n) || self.count_out_last(lane, at, n))
         {
             return Shared::Exclusive;
         }
@@ -204,11 +208,12 @@ impl Registry {
     /// alone in a 2 MiB block does not take the exclusive way twice per pair.
     #[cold]
     #[inline(never)]
-    fn count_out_last(&self, lane: &Lane, at: &Level<'_>, n: usize) -> bool {
-        if !lane.may_empty(at) || !at.count_out_last(n) {
+    fn count_out_last(&self, lane: &Lane, at: Level<'_>, n: usize) -> bool {
+        // By value: a borrowed level kept the pool case's copy on the stack on every removal.
+        if !lane.may_empty(&at) || !at.count_out_last(n) {
             return false;
         }
-        self.lanes.note_emptied(lane, at);
+        self.lanes.note_emptied(lane, &at);
         true
     }
 

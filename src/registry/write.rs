@@ -8,7 +8,7 @@ use crate::atomics::Ordering;
 use core::ptr::NonNull;
 
 use super::level::Level;
-use super::record::Record;
+use super::record::{Record, RemovedRecord};
 use super::slab::{Ptr, Slab};
 use super::table::{slot_of, target, Bucket, Table, Top, BUCKET_CAP, LEVELS, REC};
 use super::{Allocation, InsertOutcome, Registry};
@@ -242,8 +242,31 @@ impl Registry {
                 overwritten: 0,
                 size: a.size,
             },
-            Err(Some(p)) => self.insert_exclusive_filled(p),
-            Err(None) => self.insert_exclusive(a),
+            Err(filled) => self.insert_beyond_shared(a, filled),
+        }
+    }
+
+    /// [`Self::insert`] for the allocation hooks, which keep only the sequence number (0 when
+    /// nothing was inserted). A number in a register: the outcome, merged from the exclusive
+    /// ways through memory, cost 7 instructions per allocation.
+    #[inline(always)]
+    pub fn insert_seq(&self, a: Allocation) -> u64 {
+        if a.size == 0 {
+            return 0;
+        }
+        match self.insert_shared(&a) {
+            Ok(seq) => seq,
+            Err(filled) => self.insert_beyond_shared(a, filled).seq.unwrap_or(0),
+        }
+    }
+
+    /// The exclusive way of an insert whose shared edit did not link it: the record it filled,
+    /// if any, or `a` from the start.
+    #[inline(never)]
+    fn insert_beyond_shared(&self, a: Allocation, filled: Option<Ptr<Record>>) -> InsertOutcome {
+        match filled {
+            Some(p) => self.insert_exclusive_filled(p),
+            None => self.insert_exclusive(a),
         }
     }
 
@@ -261,6 +284,13 @@ impl Registry {
     /// lane's leaf) is inlined into the caller, the free hooks.
     #[inline(always)]
     pub fn remove_allocation(&self, start: usize) -> Option<Allocation> {
+        self.remove_record(start).map(|r| r.allocation())
+    }
+
+    /// [`Self::remove_allocation`], the record returned as it was stored (the free hooks' way:
+    /// most frees never need it decoded).
+    #[inline(always)]
+    pub fn remove_record(&self, start: usize) -> Option<RemovedRecord> {
         let mut exclusive = false;
         let a = self.remove_shared(start, &mut exclusive);
         if exclusive {
