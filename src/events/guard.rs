@@ -10,11 +10,14 @@
 //! and a hooked call made from a callback (one level deeper) is outermost again. That
 //! costs dispatch nothing per callback (entering a level is all it takes); recursion is bounded by
 //! the dispatch depth limit ([`super::MAX_DEPTH`]), not here.
+//!
+//! Unsafe code: one line, rebuilding the API name from the thin pointer the guard stores (one
+//! store per hooked call instead of a fat pointer's two); only `&'static CStr`s are stored.
 
 use std::ffi::CStr;
 use std::marker::PhantomData;
 
-use super::thread::THREAD;
+use super::thread::{HOOK_API_SLOTS, THREAD};
 
 /// Held by the outermost hooked call of a dispatch level for as long as it runs (original call
 /// and dispatch included).
@@ -50,7 +53,7 @@ impl HookGuard {
                 return None;
             }
             t.hook_levels.set(levels | bit);
-            t.hook_api[level as usize].set(Some(api));
+            t.hook_api[level as usize & (HOOK_API_SLOTS - 1)].set(api.as_ptr());
             Some(HookGuard {
                 level,
                 _not_send: PhantomData,
@@ -61,13 +64,17 @@ impl HookGuard {
     /// The API name of the outermost hooked call in progress at this thread's current dispatch
     /// level, e.g. so that a nested driver hook can tell it was reached from `cudaMallocAsync`.
     #[inline]
+    #[allow(unsafe_code)]
     pub fn outermost_api() -> Option<&'static CStr> {
         THREAD.with(|t| {
             let level = t.depth.get();
             if t.hook_levels.get() & (1 << level) == 0 {
                 return None;
             }
-            t.hook_api[level as usize].get()
+            let p = t.hook_api[level as usize & (HOOK_API_SLOTS - 1)].get();
+            // SAFETY: `enter` stores only the pointers of `&'static CStr`s, and sets the level's
+            // bit (checked above) with them: a NUL-terminated string that lives forever.
+            (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })
         })
     }
 }

@@ -6,7 +6,7 @@
 //! before `main`, during thread exit and without allocating.
 
 use std::cell::Cell;
-use std::ffi::CStr;
+use std::ffi::c_char;
 
 use super::announce::{Announcement, MAX_DEPTH};
 
@@ -20,10 +20,15 @@ pub(crate) struct ThreadState {
     pub(crate) depth: Cell<u32>,
     /// Bit `d` is set while an outermost hooked call runs at dispatch level `d`.
     pub(crate) hook_levels: Cell<u32>,
-    /// API name of the outermost hooked call at each dispatch level (valid where the bit is set).
-    /// Written on hook entry, read only by `HookGuard::outermost_api`.
-    pub(crate) hook_api: [Cell<Option<&'static CStr>>; MAX_DEPTH + 1],
+    /// API name of the outermost hooked call at each dispatch level (valid where the bit is set),
+    /// as the pointer of a `&'static CStr`. Written on hook entry, read only by
+    /// `HookGuard::outermost_api`. A thin pointer (one store per hook instead of two) in a
+    /// power-of-two array (indexed by a mask instead of a bounds check).
+    pub(crate) hook_api: [Cell<*const c_char>; HOOK_API_SLOTS],
 }
+
+/// Entries of [`ThreadState::hook_api`]: one per dispatch level, rounded up to a power of two.
+pub(crate) const HOOK_API_SLOTS: usize = (MAX_DEPTH + 1).next_power_of_two();
 
 #[cfg(not(loom))]
 thread_local! {
@@ -33,7 +38,7 @@ thread_local! {
             tried_to_claim: Cell::new(false),
             depth: Cell::new(0),
             hook_levels: Cell::new(0),
-            hook_api: [const { Cell::new(None) }; MAX_DEPTH + 1],
+            hook_api: [const { Cell::new(core::ptr::null()) }; HOOK_API_SLOTS],
         }
     };
 }
@@ -46,6 +51,6 @@ loom::thread_local! {
         tried_to_claim: Cell::new(false),
         depth: Cell::new(0),
         hook_levels: Cell::new(0),
-        hook_api: [const { Cell::new(None) }; MAX_DEPTH + 1],
+        hook_api: [const { Cell::new(core::ptr::null()) }; HOOK_API_SLOTS],
     };
 }

@@ -31,7 +31,7 @@ use crate::atomics::{atomic_array, AtomicPtr, AtomicUsize, Ordering};
 use super::level::Level;
 use super::record::Record;
 use super::slab::Ptr;
-use super::table::{slot_of, target, Table, LEAF, SHIFT, TAB};
+use super::table::{deref, Table, LEAF, SHIFT};
 
 /// Lanes: more than the threads that usually allocate at once on the hosts measured (16 cores).
 #[cfg(not(loom))]
@@ -158,11 +158,12 @@ impl Lane {
     /// The leaf table last edited through this lane, if `[lo, hi]` lies in one granule of it.
     #[inline(always)]
     pub(super) fn leaf_granule<'a>(&self, lo: usize, hi: usize) -> Option<Level<'a>> {
-        let t = self.leaf.load(Ordering::Relaxed);
         let base = self.leaf_base.load(Ordering::Relaxed);
-        let t = Ptr::new(t)?;
+        // Borrowed straight from the checked pointer (not through a slot value): the compiler
+        // then knows the table's count is there, and tests no pointer again when it counts.
+        let t = deref::<Table>(self.leaf.load(Ordering::Relaxed))?;
         ((lo ^ hi) >> SHIFT[LEAF] == 0 && (lo ^ base) >> SHIFT[LEAF - 1] == 0)
-            .then(|| Level::child(target::<Table>(slot_of(t, TAB)), LEAF, base))
+            .then(|| Level::child(t, LEAF, base))
     }
 
     /// Whether a shared removal through this lane may leave leaf table `at` empty (the lane

@@ -91,9 +91,9 @@ use crate::atomics::{const_unless_loom, AtomicPtr, AtomicU64, AtomicUsize, Order
 pub use crate::events::Allocation;
 use crate::locks::WriterLock;
 pub use global::{attach, attached, detach, global, own_stats, Global, RegistryStats};
-pub use record::RemovedRecord;
 pub(crate) use global::{attached_hot, hot, note_untracked};
 use lanes::Lanes;
+pub use record::RemovedRecord;
 use table::{Table, Top};
 use write::Writer;
 

@@ -199,21 +199,29 @@ pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream:
     } else {
         None
     };
-    let Some(record) = &removed else {
+    if removed.is_none() {
         return unknown_free(api, address, extra_flags, stream);
-    };
+    }
     if events::list().has_subscribers() {
-        announce_free(api, record, extra_flags, stream);
+        return announce_free(api, removed, extra_flags, stream);
     }
     Pending::Announced(removed)
 }
 
-/// Tells the subscribers of a known range's free (out of line: the record is decoded only here
-/// and in [`refused`]).
+/// Tells the subscribers of a known range's free, and keeps its record for after the real call
+/// (out of line: the record is decoded only here and in [`refused`]).
 #[inline(never)]
-fn announce_free(api: &'static CStr, record: &RemovedRecord, extra_flags: u32, stream: usize) {
-    let range = flagged(&record.allocation(), extra_flags, stream);
-    events::list().dispatch(&MemEvent::free(api, range));
+fn announce_free(
+    api: &'static CStr,
+    removed: Option<RemovedRecord>,
+    extra_flags: u32,
+    stream: usize,
+) -> Pending {
+    if let Some(record) = &removed {
+        let range = flagged(&record.allocation(), extra_flags, stream);
+        events::list().dispatch(&MemEvent::free(api, range));
+    }
+    Pending::Announced(removed)
 }
 
 /// A free of a pointer the registry does not know (allocated before install, or never through

@@ -1,7 +1,7 @@
 //! Edge cases, one behaviour per test.
 
 use super::alloc;
-use crate::registry::{InsertOutcome, Registry, Removed};
+use crate::registry::{Allocation, InsertOutcome, Registry, Removed};
 
 const MAX: usize = usize::MAX;
 
@@ -348,5 +348,43 @@ fn registry_closed_refuses_inserts_until_reopened() {
     assert!(!r.set_open(&attached, true), "was detached");
     assert!(r.insert(alloc(0x20_0000, 0x1000, 2)).seq.is_some());
     assert!(r.lookup(0x20_0000).is_some());
+    r.check();
+}
+
+/// The free hooks keep a removed range encoded (`RemovedRecord`) and decode it only to tell
+/// subscribers or to put it back: every field must come back as inserted, whichever way the
+/// removal went (a shared edit in a lane, or the exclusive way), and an allocation encoded
+/// directly (an unknown pointer's free) must decode to itself.
+#[test]
+fn registry_removed_record_keeps_every_field() {
+    use crate::events::MemType;
+    use crate::registry::RemovedRecord;
+    use crate::stacks::StackId;
+    let r = Registry::new();
+    let full = |start: usize| Allocation {
+        start,
+        size: 0x1234,
+        mem_type: MemType::CudaManaged,
+        device: 3,
+        flags: 0x8000_0011,
+        pool: 0xdead_0000,
+        stream: 0xbeef_0000,
+        context: 0xc0de_0000,
+        api: c"cuMemAllocManaged",
+        stack: StackId(77),
+        seq: 0,
+    };
+    // The first insert of a fresh registry goes the exclusive way (no table yet); the second,
+    // in the same leaf, a shared one.
+    for start in [0x7000_0000usize, 0x7000_4000] {
+        let seq = r.insert(full(start)).seq.expect("inserted");
+        let removed = r.remove_record(start).expect("found");
+        assert_eq!((removed.start(), removed.size()), (start, 0x1234));
+        assert_eq!(removed.allocation(), Allocation { seq, ..full(start) });
+        r.insert(full(start));
+    }
+    let direct = RemovedRecord::from(&full(0x9000));
+    assert_eq!(direct.allocation(), full(0x9000));
+    assert!(format!("{direct:?}").contains("cuMemAllocManaged"));
     r.check();
 }
