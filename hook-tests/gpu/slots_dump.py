@@ -2,9 +2,13 @@
 (object, symbol, what it held, what it holds now: each as module!symbol through dladdr) and the
 engine's counters, sorted, so that two libraries' patches can be compared line by line; then
 make the first CUDA allocation (with faulthandler on, so a crash shows where Python was).
-Usage: CUHOOK_LIB=... LD_PRELOAD=$CUHOOK_LIB python3 slots_dump.py"""
+Without a GPU (any machine with PyTorch from PyPI, whose CUDA libraries come with it) it stops
+after the dump. LAZY: comma-separated globs under site-packages of libraries to `dlopen` after
+the import (PyTorch loads cuDNN's parts, cuSOLVER and others lazily: groups of new objects).
+Usage: CUHOOK_LIB=... LD_PRELOAD=$CUHOOK_LIB [LAZY=...] python3 slots_dump.py"""
 import ctypes
 import faulthandler
+import glob
 import os
 import sys
 
@@ -38,6 +42,15 @@ def name(addr):
 
 import torch  # noqa: E402
 
+site = os.path.dirname(os.path.dirname(torch.__file__))
+for pattern in filter(None, os.environ.get("LAZY", "").split(",")):
+    for path in sorted(glob.glob(os.path.join(site, pattern))):
+        try:
+            ctypes.CDLL(path)
+            print("lazy loaded", os.path.basename(path), file=sys.stderr)
+        except OSError as e:
+            print("lazy failed", os.path.basename(path), e, file=sys.stderr)
+
 lib = ctypes.CDLL(os.environ["CUHOOK_LIB"])
 lib.cuhook_patched_slots.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 lib.cuhook_patched_slots.restype = ctypes.c_ssize_t
@@ -54,6 +67,9 @@ lib.cuhook_diagnostics(buf, len(buf))
 for line in buf.value.decode().splitlines():
     print("diag", line)
 sys.stdout.flush()
+if not torch.cuda.is_available():
+    print("no GPU: slots only", file=sys.stderr)
+    sys.exit(0)
 x = torch.empty(1 << 20, device="cuda")
 torch.cuda.synchronize()
 print("first allocation ok", hex(x.data_ptr()), flush=True)
