@@ -22,7 +22,10 @@ pub use index::{IndexFailure, IndexRoom, Indexed, NameFilter, ObjectIndex, Reloc
 pub use notes::build_id;
 pub use protection::{letters, CheckedSpan, ProtectionMap};
 pub use room::Full;
-pub use snapshot::{counters, listed_after, snapshot, LoadCounters, LoadedObject, Snapshot};
+pub use snapshot::{
+    counters, listed_after, listing_unknown, snapshot, Listing, LoadCounters, LoadedObject,
+    Snapshot,
+};
 pub(crate) use symbols::exported_names;
 pub use symbols::{defines, defines_unversioned};
 pub use wanted::{gnu_hash, WantedNames};

@@ -39,6 +39,14 @@ impl LoadedObject {
         self.base == base && self.name.as_bytes() == name
     }
 
+    /// Whether this is the entry a listing shows at `base` with name `name` (the loader's
+    /// bytes, which [`Self::name`] holds as text: a name that is not UTF-8 was converted
+    /// lossily, and is compared the same way).
+    /// Allocates nothing (it runs inside walks of the loader's list).
+    pub fn is_listed_as(&self, base: usize, name: &[u8]) -> bool {
+        self.base == base && (self.name.as_bytes() == name || lossy_equal(&self.name, name))
+    }
+
     /// A human-readable name: the path, or `<main program>`.
     pub fn display_name(&self) -> &str {
         if self.name.is_empty() {
@@ -105,6 +113,8 @@ pub struct LoadCounters {
 /// Raw facts copied out of the callback.
 #[derive(Clone, Copy)]
 struct RawEntry {
+    /// Position in the loader's list.
+    position: usize,
     base: usize,
     name_off: usize,
     name_len: usize,
@@ -119,6 +129,8 @@ struct Collector {
     phdrs: Vec<Elf64_Phdr>,
     counters: LoadCounters,
     overflow: bool,
+    /// Objects the walk listed (copied or not).
+    listed: usize,
 }
 
 impl Collector {
@@ -130,20 +142,56 @@ impl Collector {
             phdrs: Vec::with_capacity(phdrs),
             counters: LoadCounters::default(),
             overflow: false,
+            listed: 0,
         }
     }
 
-    /// The collected objects, in the order listed (positions counted from 0).
-    fn objects(&self) -> impl Iterator<Item = LoadedObject> + '_ {
-        self.entries
-            .iter()
-            .enumerate()
-            .map(|(position, e)| LoadedObject {
-                base: e.base,
-                name: path_text(&self.names[e.name_off..e.name_off + e.name_len]),
-                phdrs: self.phdrs[e.phdr_off..e.phdr_off + e.phnum].to_vec(),
-                position,
-            })
+    /// Entry `position`'s name as the loader spelled it.
+    fn name(&self, e: &RawEntry) -> &[u8] {
+        &self.names[e.name_off..e.name_off + e.name_len]
+    }
+}
+
+/// The loader's list as one walk copied it, not yet made into [`LoadedObject`]s: a sync
+/// compares each entry with the objects it knows and builds objects only for the new ones (a
+/// process with a thousand libraries otherwise allocated and freed three times per library on
+/// every `dlopen` it could not handle from the opened object).
+pub struct Listing {
+    c: Collector,
+}
+
+impl Listing {
+    /// The loader's add/remove counters when the list was copied.
+    pub fn counters(&self) -> LoadCounters {
+        self.c.counters
+    }
+
+    /// How many objects were copied (all listed ones, or those [`listing_unknown`] did not
+    /// recognise).
+    pub fn len(&self) -> usize {
+        self.c.entries.len()
+    }
+
+    /// Whether none was copied.
+    pub fn is_empty(&self) -> bool {
+        self.c.entries.is_empty()
+    }
+
+    /// How many objects the walk listed, copied or not.
+    pub fn listed(&self) -> usize {
+        self.c.listed
+    }
+
+    /// Copied object `i` (not necessarily at position `i` of the loader's list: see
+    /// [`LoadedObject::position`]) as a [`LoadedObject`].
+    pub fn object(&self, i: usize) -> LoadedObject {
+        let e = &self.c.entries[i];
+        LoadedObject {
+            base: e.base,
+            name: path_text(self.c.name(e)),
+            phdrs: self.c.phdrs[e.phdr_off..e.phdr_off + e.phnum].to_vec(),
+            position: e.position,
+        }
     }
 }
 
@@ -157,12 +205,9 @@ struct Sizes {
 
 /// Copy one listed object into the reserved storage; `Break` when it does not fit.
 fn collect(c: &mut Collector, o: &Listed<'_>) -> ControlFlow<()> {
-    if c.entries.is_empty() && o.has_counters {
-        c.counters = LoadCounters {
-            adds: o.info.dlpi_adds,
-            subs: o.info.dlpi_subs,
-        };
-    }
+    note_counters(c, o);
+    let position = c.listed;
+    c.listed += 1;
     let name = o.name();
     let phdrs = o.program_headers();
     let fits = c.entries.len() < c.entries.capacity()
@@ -175,6 +220,7 @@ fn collect(c: &mut Collector, o: &Listed<'_>) -> ControlFlow<()> {
     let phdr_off = c.phdrs.len();
     c.phdrs.extend(phdrs.iter().filter(|p| kept(p)).copied());
     c.entries.push(RawEntry {
+        position,
         base: o.info.dlpi_addr as usize,
         name_off: c.names.len(),
         name_len: name.len(),
@@ -183,6 +229,17 @@ fn collect(c: &mut Collector, o: &Listed<'_>) -> ControlFlow<()> {
     });
     c.names.extend_from_slice(name);
     ControlFlow::Continue(())
+}
+
+/// The loader's counters, read at the walk's first object (every object of one walk shows the
+/// same).
+fn note_counters(c: &mut Collector, o: &Listed<'_>) {
+    if c.listed == 0 && o.has_counters {
+        c.counters = LoadCounters {
+            adds: o.info.dlpi_adds,
+            subs: o.info.dlpi_subs,
+        };
+    }
 }
 
 /// Whether a snapshot keeps this program header: the others (notes, stack, EH frame, …) are
@@ -199,6 +256,26 @@ impl LoadedObject {
         kept_ones.extend(all.iter().filter(|p| kept(p)).copied());
         kept_ones
     }
+}
+
+/// Whether `text` is what [`path_text`] makes of `bytes` that are not UTF-8 (each invalid
+/// sequence one U+FFFD), compared piece by piece without building it.
+fn lossy_equal(text: &str, bytes: &[u8]) -> bool {
+    let mut rest = text.as_bytes();
+    for chunk in bytes.utf8_chunks() {
+        let valid = chunk.valid().as_bytes();
+        let Some(after) = rest.strip_prefix(valid) else {
+            return false;
+        };
+        rest = after;
+        if !chunk.invalid().is_empty() {
+            let Some(after) = rest.strip_prefix("\u{FFFD}".as_bytes()) else {
+                return false;
+            };
+            rest = after;
+        }
+    }
+    rest.is_empty()
 }
 
 /// A path as text: paths are nearly always UTF-8, and validating is cheaper than the lossy
@@ -227,6 +304,17 @@ pub fn counters() -> LoadCounters {
 
 /// Copy the loader's list of objects.
 pub fn snapshot() -> Snapshot {
+    let listing = listing();
+    Snapshot {
+        objects: (0..listing.len())
+            .map(|i| Arc::new(listing.object(i)))
+            .collect(),
+        counters: listing.counters(),
+    }
+}
+
+/// Copy the loader's whole list, leaving the objects to be built on demand ([`Listing`]).
+fn listing() -> Listing {
     loop {
         let mut sizes = Sizes::default();
         let _ = dl::iterate(&mut |o: &Listed<'_>| {
@@ -242,16 +330,40 @@ pub fn snapshot() -> Snapshot {
             sizes.phdrs + 16 * 16,
         );
         let _ = dl::iterate(&mut |o: &Listed<'_>| collect(&mut c, o));
-        if c.overflow {
-            continue;
+        if !c.overflow {
+            return Listing { c };
         }
-        let objects = c.objects().map(Arc::new).collect();
-        return Snapshot {
-            objects,
-            counters: c.counters,
-        };
     }
 }
+
+/// Copy the objects of the loader's list that `known` does not recognise, for a sync (which
+/// only looks at the others): one walk, copying nothing of a known object. `known(position,
+/// base, name)` runs inside the walk for each listed object (the walk's rules hold: no
+/// allocation, lock or loader call) and says whether the caller knows it. `room`: how many
+/// unknown objects to make room for. `None` when more came (the caller makes more room and
+/// walks again, undoing what `known` noted).
+pub fn listing_unknown(
+    room: usize,
+    known: &mut dyn FnMut(usize, usize, &[u8]) -> bool,
+) -> Option<Listing> {
+    let mut c = Collector::with_room(room, room * UNKNOWN_NAME_BYTES, room * UNKNOWN_PHDRS);
+    // As for a snapshot, a walk that stopped early (a panic inside it) gives what it copied.
+    let _ = dl::iterate(&mut |o: &Listed<'_>| {
+        let position = c.listed;
+        if known(position, o.info.dlpi_addr as usize, o.name()) {
+            note_counters(&mut c, o);
+            c.listed += 1;
+            return ControlFlow::Continue(());
+        }
+        collect(&mut c, o)
+    });
+    (!c.overflow).then_some(Listing { c })
+}
+
+/// Room per unknown object [`listing_unknown`] reserves for its name and program headers (a
+/// longer name or more headers make it walk again with more room).
+const UNKNOWN_NAME_BYTES: usize = 512;
+const UNKNOWN_PHDRS: usize = 16;
 
 /// Room per object for [`listed_after`]'s copies: a longer name or more program headers make
 /// it give up (the caller then takes a whole snapshot).
@@ -341,6 +453,54 @@ pub unsafe fn listed_after(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listed_names_that_are_not_utf8_compare_as_their_text() {
+        let raw = b"/opt/lib\xffcuda\xc3.so";
+        let obj = LoadedObject {
+            base: 0x1000,
+            name: path_text(raw),
+            phdrs: Vec::new(),
+            position: 3,
+        };
+        assert!(obj.is_listed_as(0x1000, raw));
+        assert!(!obj.is_listed_as(0x2000, raw));
+        assert!(!obj.is_listed_as(0x1000, b"/opt/lib\xffcuda\xc3.so.1"));
+        assert!(!obj.is_listed_as(0x1000, b"/opt/lib\xfecudb\xc3.so"));
+        assert!(lossy_equal("a\u{FFFD}b", b"a\xffb"));
+        assert!(!lossy_equal("a\u{FFFD}", b"a\xffb"));
+    }
+
+    #[test]
+    fn listing_unknown_copies_only_what_the_caller_does_not_know() {
+        let all = snapshot();
+        let libc_at = all
+            .objects
+            .iter()
+            .position(|o| o.name.contains("libc.so"))
+            .expect("libc listed");
+        // Everything known but libc: only libc is copied, with its position in the list.
+        let mut asked = 0;
+        let listing = listing_unknown(4, &mut |position, base, name| {
+            asked += 1;
+            let o = &all.objects[position];
+            assert!(o.is_listed_as(base, name), "position {position} is {o:?}");
+            position != libc_at
+        })
+        .expect("room for one");
+        assert_eq!(asked, all.objects.len());
+        assert_eq!(listing.listed(), all.objects.len());
+        assert_eq!(listing.len(), 1);
+        let libc = listing.object(0);
+        assert_eq!(libc.position, libc_at);
+        assert_eq!(libc.name, all.objects[libc_at].name);
+        assert_eq!(libc.phdrs.len(), all.objects[libc_at].phdrs.len());
+        assert_eq!(listing.counters(), all.counters);
+        // Nothing known, room for one: the walk asks for more room.
+        assert!(listing_unknown(1, &mut |_, _, _| false).is_none());
+        let every = listing_unknown(all.objects.len() + 1, &mut |_, _, _| false).expect("room");
+        assert_eq!(every.len(), all.objects.len());
+    }
 
     #[test]
     fn snapshot_lists_main_program_and_libc() {

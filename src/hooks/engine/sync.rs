@@ -15,7 +15,7 @@ use crate::hooks::loader::Pin;
 use crate::hooks::resolver::matters;
 use crate::hooks::skip::{exclude_list, skip_reason, SkipReason};
 
-use super::{Known, State};
+use super::{Known, KnownAt, State};
 
 /// What a sync found.
 pub(super) struct Synced {
@@ -45,6 +45,20 @@ pub(super) enum Reading {
     InWalks,
     /// Already indexed (`batch::index_after`); `None` entries are pinned by name.
     Indexed(Vec<Option<Result<ObjectIndex>>>),
+}
+
+/// The known object the loader lists at `base` with the name bytes `name` (inside a walk: it
+/// only reads).
+fn find_listed<'a>(
+    known: &'a Option<HashMap<usize, KnownAt>>,
+    base: usize,
+    name: &[u8],
+) -> Option<&'a Known> {
+    known
+        .as_ref()?
+        .get(&base)?
+        .iter()
+        .find(|k| k.object.is_listed_as(base, name))
 }
 
 /// Up to this many new objects found by one sync are pinned by name before they are read; more
@@ -177,27 +191,53 @@ impl State {
         self.journal.forget_object(obj);
     }
 
-    /// Sync the object cache with the loader's list (a snapshot whose removal counter was
-    /// `subs`): drop what was unloaded (and its journal entries), index what is new. Linear in
-    /// the number of objects.
+    /// Sync the object cache with the loader's list: drop what was unloaded (and its journal
+    /// entries), index what is new. Linear in the number of objects, and one walk of the list
+    /// that copies only what is new (`elf::listing_unknown`): the known objects are recognised
+    /// inside it. Returns the synced counters too.
     ///
     /// No new object is read unless something keeps it mapped. A few (after a `dlopen`)
     /// are pinned by name first. Many (the first install into a big process) are read from
     /// inside walks of the loader's list, under its lock, into storage reserved beforehand
     /// (`batch::index_listed`): pinning each by name would cost O(N²). Those no walk could
     /// vouch for are pinned by name, or left alone when they are gone.
-    pub(super) fn sync_cache(&mut self, objects: &[Arc<LoadedObject>], subs: u64) -> Synced {
-        let mut present: HashSet<usize> =
-            HashSet::with_capacity_and_hasher(objects.len(), Default::default());
-        let (mut all, mut fresh) = (Vec::new(), Vec::new());
-        for obj in objects {
-            if let Some(k) = self.find_known(obj.base, &obj.name) {
-                present.insert(Arc::as_ptr(&k.object) as usize);
-                all.extend(k.index.clone());
-            } else {
-                fresh.push(obj.clone());
+    pub(super) fn sync_cache(&mut self) -> (Synced, elf::LoadCounters) {
+        let known_count = self
+            .known
+            .as_ref()
+            .map_or(0, |m| m.values().map(|v| v.len()).sum());
+        // Room for the objects added since the last sync, and some: more make the walk start
+        // again with twice the room.
+        let added = elf::counters().adds.wrapping_sub(self.last_counters.adds);
+        let mut room = (added.min(1 << 16) as usize).saturating_add(16);
+        // What the walk saw of the known objects, in list order: each one's address (to find
+        // those gone) and index. Reserved for every known object: nothing allocates inside.
+        let mut seen: Vec<(usize, Option<Arc<ObjectIndex>>)> = Vec::with_capacity(known_count);
+        let listing = loop {
+            seen.clear();
+            let known = &self.known;
+            let found = elf::listing_unknown(room, &mut |_, base, name| {
+                let Some(k) = find_listed(known, base, name) else {
+                    return false;
+                };
+                if seen.len() < seen.capacity() {
+                    seen.push((Arc::as_ptr(&k.object) as usize, k.index.clone()));
+                    return true;
+                }
+                // A known object listed twice would be: copy it, as new (never happens).
+                false
+            });
+            match found {
+                Some(listing) => break listing,
+                None => room = room.saturating_mul(2),
             }
-        }
+        };
+        let present: HashSet<usize> = seen.iter().map(|(p, _)| *p).collect();
+        let mut all: Vec<Arc<ObjectIndex>> = seen.into_iter().filter_map(|(_, i)| i).collect();
+        let fresh: Vec<Arc<LoadedObject>> = (0..listing.len())
+            .map(|i| Arc::new(listing.object(i)))
+            .collect();
+        let subs = listing.counters().subs;
         let gone: Vec<Arc<LoadedObject>> = self
             .known
             .iter()
@@ -219,12 +259,13 @@ impl State {
             complete,
         } = self.admit_new(fresh, &[], subs, reading);
         all.extend(new.iter().cloned());
-        Synced {
+        let synced = Synced {
             all,
             new,
             pins,
             complete,
-        }
+        };
+        (synced, listing.counters())
     }
 
     /// Take objects new since the last sync into the cache: index each, or note why it is left
@@ -335,14 +376,16 @@ impl State {
     /// new ones indexed and patched with every installed set. Returns every known object and
     /// the number of slots patched.
     pub(super) fn sync(&mut self) -> (Vec<Arc<ObjectIndex>>, usize) {
-        let snap = elf::snapshot();
-        let Synced {
-            all,
-            new,
-            pins,
-            complete,
-        } = self.sync_cache(&snap.objects, snap.counters.subs);
-        self.last_counters = snap.counters;
+        let (
+            Synced {
+                all,
+                new,
+                pins,
+                complete,
+            },
+            counters,
+        ) = self.sync_cache();
+        self.last_counters = counters;
         // Nothing to apply before the first set is installed.
         if self.sets.is_empty() {
             return (all, 0);
