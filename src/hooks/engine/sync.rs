@@ -47,20 +47,15 @@ pub(super) enum Reading {
     Indexed(Vec<Option<Result<ObjectIndex>>>),
 }
 
-/// The known object the loader lists at `base` with the name bytes `name` (inside a walk: it
-/// only reads).
-fn find_listed<'a>(
-    known: &'a Option<HashMap<usize, KnownAt>>,
-    base: usize,
-    name: &[u8],
-) -> Option<&'a Known> {
+/// Where among the known objects at `base` is the one the loader lists there with the name
+/// bytes `name` (inside a walk: it only reads).
+fn find_listed(known: &Option<HashMap<usize, KnownAt>>, base: usize, name: &[u8]) -> Option<usize> {
     known
         .as_ref()?
         .get(&base)?
         .iter()
-        .find(|k| k.object.is_listed_as(base, name))
+        .position(|k| k.object.is_listed_as(base, name))
 }
-
 /// Up to this many new objects found by one sync are pinned by name before they are read; more
 /// are read from inside walks of the loader's list.
 const PIN_BEFORE_INDEX: usize = 64;
@@ -201,7 +196,10 @@ impl State {
     /// inside walks of the loader's list, under its lock, into storage reserved beforehand
     /// (`batch::index_listed`): pinning each by name would cost O(N²). Those no walk could
     /// vouch for are pinned by name, or left alone when they are gone.
-    pub(super) fn sync_cache(&mut self) -> (Synced, elf::LoadCounters) {
+    ///
+    /// `want_all`: fill [`Synced::all`] (an install patches every object; a sync after a loader
+    /// call only the new ones, and the known objects are then merely recognised).
+    pub(super) fn sync_cache(&mut self, want_all: bool) -> (Synced, elf::LoadCounters) {
         let known_count = self
             .known
             .as_ref()
@@ -210,18 +208,18 @@ impl State {
         // again with twice the room.
         let added = elf::counters().adds.wrapping_sub(self.last_counters.adds);
         let mut room = (added.min(1 << 16) as usize).saturating_add(16);
-        // What the walk saw of the known objects, in list order: each one's address (to find
-        // those gone) and index. Reserved for every known object: nothing allocates inside.
-        let mut seen: Vec<(usize, Option<Arc<ObjectIndex>>)> = Vec::with_capacity(known_count);
+        // The known objects the walk saw, in list order: each one's load bias and place among
+        // the known objects there. Reserved for every known object: nothing allocates inside.
+        let mut seen: Vec<(usize, usize)> = Vec::with_capacity(known_count);
         let listing = loop {
             seen.clear();
             let known = &self.known;
             let found = elf::listing_unknown(room, &mut |_, base, name| {
-                let Some(k) = find_listed(known, base, name) else {
+                let Some(at) = find_listed(known, base, name) else {
                     return false;
                 };
                 if seen.len() < seen.capacity() {
-                    seen.push((Arc::as_ptr(&k.object) as usize, k.index.clone()));
+                    seen.push((base, at));
                     return true;
                 }
                 // A known object listed twice would be: copy it, as new (never happens).
@@ -232,19 +230,31 @@ impl State {
                 None => room = room.saturating_mul(2),
             }
         };
-        let present: HashSet<usize> = seen.iter().map(|(p, _)| *p).collect();
-        let mut all: Vec<Arc<ObjectIndex>> = seen.into_iter().filter_map(|(_, i)| i).collect();
+        // Read while the map is as the walk saw it (nothing is forgotten or entered before).
+        let mut all: Vec<Arc<ObjectIndex>> = match (&self.known, want_all) {
+            (Some(m), true) => seen
+                .iter()
+                .filter_map(|&(base, at)| m.get(&base)?.get(at)?.index.clone())
+                .collect(),
+            _ => Vec::new(),
+        };
         let fresh: Vec<Arc<LoadedObject>> = (0..listing.len())
             .map(|i| Arc::new(listing.object(i)))
             .collect();
         let subs = listing.counters().subs;
-        let gone: Vec<Arc<LoadedObject>> = self
-            .known
-            .iter()
-            .flat_map(|m| m.values().flatten())
-            .filter(|k| !present.contains(&(Arc::as_ptr(&k.object) as usize)))
-            .map(|k| k.object.clone())
-            .collect();
+        // Every known object listed again (the common case after a `dlopen`): none is gone.
+        let gone: Vec<Arc<LoadedObject>> = if seen.len() == known_count {
+            Vec::new()
+        } else {
+            let present: HashSet<(usize, usize)> = seen.iter().copied().collect();
+            self.known
+                .iter()
+                .flatten()
+                .flat_map(|(&base, at)| at.iter().enumerate().map(move |(i, k)| (base, i, k)))
+                .filter(|(base, i, _)| !present.contains(&(*base, *i)))
+                .map(|(.., k)| k.object.clone())
+                .collect()
+        };
         for g in &gone {
             self.forget(g);
         }
@@ -367,15 +377,15 @@ impl State {
                 break;
             }
             self.diag.rescans += 1;
-            patched += self.sync().1;
+            patched += self.sync(false).1;
         }
         patched
     }
 
-    /// Take a snapshot of the loaded objects and sync with it: unloaded objects are forgotten,
-    /// new ones indexed and patched with every installed set. Returns every known object and
-    /// the number of slots patched.
-    pub(super) fn sync(&mut self) -> (Vec<Arc<ObjectIndex>>, usize) {
+    /// Sync with the loader's list: unloaded objects are forgotten, new ones indexed and
+    /// patched with every installed set. Returns every known object (only when `want_all`:
+    /// empty otherwise) and the number of slots patched.
+    pub(super) fn sync(&mut self, want_all: bool) -> (Vec<Arc<ObjectIndex>>, usize) {
         let (
             Synced {
                 all,
@@ -384,7 +394,7 @@ impl State {
                 complete,
             },
             counters,
-        ) = self.sync_cache();
+        ) = self.sync_cache(want_all);
         self.last_counters = counters;
         // Nothing to apply before the first set is installed.
         if self.sets.is_empty() {
