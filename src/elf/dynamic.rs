@@ -11,8 +11,8 @@ use goblin::elf64::dynamic::Dyn;
 use libc::PT_DYNAMIC;
 
 use super::image::Image;
+use super::loaded::LoadedObject;
 use super::records::Rel;
-use super::snapshot::LoadedObject;
 
 /// A relocation table: address, size in bytes, entry size, and whether entries carry addends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

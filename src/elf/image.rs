@@ -13,8 +13,8 @@ use std::cell::Cell;
 
 use libc::PF_R;
 
+use super::loaded::LoadedObject;
 use super::records::Plain;
-use super::snapshot::LoadedObject;
 use crate::sys::maps::{kernel_query_refused, MapsQuery};
 
 /// Most objects have at most this many readable `PT_LOAD` segments (four is usual); more are

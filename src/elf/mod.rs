@@ -6,6 +6,7 @@
 mod dynamic;
 mod image;
 mod index;
+mod loaded;
 mod notes;
 mod protection;
 mod records;
@@ -19,12 +20,12 @@ pub(crate) use crate::sys::maps::errno_of;
 pub use dynamic::{absolute, BadTables, DynamicTables, RelocTable};
 pub use image::{read_c_str, segments_contain};
 pub use index::{IndexFailure, IndexRoom, Indexed, NameFilter, ObjectIndex, RelocKind, Slot};
+pub use loaded::LoadedObject;
 pub use notes::build_id;
 pub use protection::{letters, CheckedSpan, ProtectionMap};
 pub use room::Full;
 pub use snapshot::{
-    counters, listed_after, listing_unknown, snapshot, Listing, LoadCounters, LoadedObject,
-    Snapshot,
+    counters, listed_after, listing_unknown, snapshot, Listing, LoadCounters, Snapshot,
 };
 pub(crate) use symbols::exported_names;
 pub use symbols::{defines, defines_unversioned};

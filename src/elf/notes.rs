@@ -7,7 +7,7 @@
 //! read goes through [`Image`], so a corrupt header yields `None`, never a fault.
 
 use super::image::Image;
-use super::snapshot::LoadedObject;
+use super::loaded::LoadedObject;
 
 /// `NT_GNU_BUILD_ID`.
 const NT_GNU_BUILD_ID: u32 = 3;

@@ -12,8 +12,8 @@ use goblin::elf::reloc::{
 };
 
 use super::dynamic::BadTables;
+use super::loaded::LoadedObject;
 use super::room::Full;
-use super::snapshot::LoadedObject;
 use super::wanted::WantedNames;
 use crate::Result;
 use tables::index_tables;

@@ -8,8 +8,8 @@ use goblin::elf64::sym::Sym;
 
 use super::dynamic::DynamicTables;
 use super::image::Image;
+use super::loaded::LoadedObject;
 use super::room::{push, Full};
-use super::snapshot::LoadedObject;
 use super::versions::VersionNames;
 use super::wanted::{gnu_hash, sysv_hash, WantedNames};
 
