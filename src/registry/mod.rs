@@ -93,7 +93,7 @@ use crate::locks::WriterLock;
 pub use global::{attach, attached, detach, global, own_stats, Global, RegistryStats};
 pub(crate) use global::{attached_hot, hot, note_untracked};
 use lanes::Lanes;
-pub use record::RemovedRecord;
+pub(crate) use record::RemovedRecord;
 use table::{Table, Top};
 use write::Writer;
 

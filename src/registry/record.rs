@@ -166,26 +166,16 @@ impl Record {
 /// tell subscribers), decoded only when one of those happens. Copying the decoded
 /// [`Allocation`] instead moved it through registers and the stack three times per free.
 #[derive(Clone, Copy)]
-pub struct RemovedRecord(RawRecord);
+pub(crate) struct RemovedRecord(RawRecord);
 
 impl RemovedRecord {
     /// The allocation the record held.
     #[inline]
-    pub fn allocation(&self) -> Allocation {
+    pub(crate) fn allocation(&self) -> Allocation {
         // SAFETY: a `RemovedRecord` is made only from a record read while no one could rewrite
         // it ([`Record::take`]) or from an allocation ([`RemovedRecord::from`]): consistent, and
         // filled as `Record::store` fills one.
         unsafe { self.0.into_allocation() }
-    }
-
-    /// The range's first address.
-    pub fn start(&self) -> usize {
-        self.0.start
-    }
-
-    /// The range's size in bytes.
-    pub fn size(&self) -> usize {
-        self.0.size
     }
 }
 

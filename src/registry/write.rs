@@ -290,7 +290,7 @@ impl Registry {
     /// [`Self::remove_allocation`], the record returned as it was stored (the free hooks' way:
     /// most frees never need it decoded).
     #[inline(always)]
-    pub fn remove_record(&self, start: usize) -> Option<RemovedRecord> {
+    pub(crate) fn remove_record(&self, start: usize) -> Option<RemovedRecord> {
         let mut exclusive = false;
         let a = self.remove_shared(start, &mut exclusive);
         if exclusive {

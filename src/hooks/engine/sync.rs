@@ -204,10 +204,11 @@ impl State {
             .known
             .as_ref()
             .map_or(0, |m| m.values().map(|v| v.len()).sum());
-        // Room for the objects added since the last sync, and some: more make the walk start
-        // again with twice the room.
+        // Room for the objects added since the last sync, and some (at most a few thousand:
+        // each takes half a kilobyte of names); more make the walk start again with twice the
+        // room.
         let added = elf::counters().adds.wrapping_sub(self.last_counters.adds);
-        let mut room = (added.min(1 << 16) as usize).saturating_add(16);
+        let mut room = (added.min(4096) as usize) + 16;
         // The known objects the walk saw, in list order: each one's load bias and place among
         // the known objects there. Reserved for every known object: nothing allocates inside.
         let mut seen: Vec<(usize, usize)> = Vec::with_capacity(known_count);

@@ -379,7 +379,6 @@ fn registry_removed_record_keeps_every_field() {
     for start in [0x7000_0000usize, 0x7000_4000] {
         let seq = r.insert(full(start)).seq.expect("inserted");
         let removed = r.remove_record(start).expect("found");
-        assert_eq!((removed.start(), removed.size()), (start, 0x1234));
         assert_eq!(removed.allocation(), Allocation { seq, ..full(start) });
         r.insert(full(start));
     }
