@@ -752,3 +752,105 @@ fn uninstall_leaves_a_slot_on_an_unreadable_page_alone() {
         "{diag}"
     );
 }
+
+/// A whole sync recognises the objects it knows inside its walk of the loader's list, by load
+/// bias and the name's bytes (`elf::listing_unknown`), while a known object keeps its name as
+/// text (a path that is not UTF-8 converted lossily). Such an object must still be recognised:
+/// taken for a new one, it would be indexed again on every sync. Here a library whose directory
+/// name is not UTF-8 stays known across whole syncs (each `dlopen` of a library with a new
+/// dependency takes one, the group path being off): only the two new objects of each round are
+/// indexed, and its slots are not duplicated. In a child process of its own.
+#[test]
+fn whole_syncs_recognise_a_library_whose_path_is_not_utf8() {
+    use std::ffi::{c_char, c_int, c_void, CString};
+    use std::os::unix::ffi::OsStrExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    if common::ran_in_child(
+        "whole_syncs_recognise_a_library_whose_path_is_not_utf8",
+        "CUHOOK_TEST_NON_UTF8_PATH",
+    ) {
+        return;
+    }
+    static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    counting_hook!(add, REAL_ADD, CALLS);
+    type Open = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
+    type Close = unsafe extern "C" fn(*mut c_void) -> c_int;
+    type Call = unsafe extern "C" fn(c_int, c_int) -> c_int;
+
+    struct Dir(std::path::PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let mut name = format!("cuhook-test-{}-", std::process::id()).into_bytes();
+    name.extend_from_slice(b"lib\xff\xfe");
+    let dir = Dir(std::env::temp_dir().join(std::ffi::OsStr::from_bytes(&name)));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let odd = dir.0.join("libplugin.so");
+    std::fs::copy(common::fixtures_dir().join("libplugin.so"), &odd).unwrap();
+    assert!(odd.to_str().is_none(), "the path must not be UTF-8");
+    let odd = CString::new(odd.as_os_str().as_bytes()).unwrap();
+
+    // SAFETY: fixture libraries built by build.rs; symbols looked up with their C types.
+    unsafe {
+        let target = common::fixture_path("libtarget.so");
+        assert!(!libc::dlopen(target.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL).is_null());
+        let caller = common::fixture_path("libdlcaller.so");
+        let caller = libc::dlopen(caller.as_ptr(), libc::RTLD_NOW);
+        assert!(!caller.is_null());
+        let open: Open = std::mem::transmute(libc::dlsym(caller, c"dlcaller_open".as_ptr()));
+        let close: Close = std::mem::transmute(libc::dlsym(caller, c"dlcaller_close".as_ptr()));
+        let set = common::one_hook_set("odd", "target_add", add as *const () as usize, &REAL_ADD);
+        let installed = cuhook::hooks::install(&set).unwrap();
+        let odd_slots = || {
+            cuhook::hooks::patched_slots()
+                .iter()
+                .filter(|s| s.object.contains('\u{FFFD}'))
+                .count()
+        };
+
+        let h = open(odd.as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null());
+        let call: Call = std::mem::transmute(libc::dlsym(h, c"plugin_call".as_ptr()));
+        let calls = CALLS.load(Ordering::Relaxed);
+        assert_eq!(call(2, 3), 5);
+        assert_eq!(
+            CALLS.load(Ordering::Relaxed),
+            calls + 1,
+            "odd library not hooked"
+        );
+        let slots = odd_slots();
+        assert!(slots > 0, "odd library not patched");
+
+        let before = cuhook::hooks::diagnostics();
+        let dep = common::fixture_path("libplugin_dep.so");
+        for round in 0..3 {
+            let g = open(dep.as_ptr(), libc::RTLD_NOW);
+            assert!(!g.is_null(), "round {round}");
+            assert_eq!(close(g), 0);
+        }
+        let after = cuhook::hooks::diagnostics();
+        assert!(
+            after.rescans >= before.rescans + 3,
+            "no whole syncs: {after}"
+        );
+        assert_eq!(
+            after.objects_indexed,
+            before.objects_indexed + 3 * 2,
+            "the odd library was taken for a new one: {after}"
+        );
+        assert_eq!(
+            odd_slots(),
+            slots,
+            "the odd library's slots were duplicated"
+        );
+        let calls = CALLS.load(Ordering::Relaxed);
+        assert_eq!(call(1, 1), 2);
+        assert_eq!(CALLS.load(Ordering::Relaxed), calls + 1);
+        assert_eq!(close(h), 0);
+        installed.uninstall().unwrap();
+    }
+}
