@@ -69,9 +69,14 @@ pub fn libcuhook() -> PathBuf {
 /// variable `var` set to `value`, and assert that it passed there (for a test that needs a
 /// process of its own, or a setting read once per process).
 pub fn rerun_in_child(name: &str, var: &str, value: &str) {
+    rerun_in_child_with(name, &[(var, value)]);
+}
+
+/// [`rerun_in_child`] with several variables set.
+pub fn rerun_in_child_with(name: &str, env: &[(&str, &str)]) {
     let out = Command::new(std::env::current_exe().expect("current_exe"))
         .args(["--exact", name, "--nocapture"])
-        .env(var, value)
+        .envs(env.iter().copied())
         .output()
         .expect("run the test executable again");
     let text = String::from_utf8_lossy(&out.stdout);

@@ -28,7 +28,7 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use crate::sys::maps::{ProcmapQuery, PROCMAP_QUERY, VMA_READABLE};
+use crate::sys::maps::{MapsLine, ProcmapQuery, PROCMAP_QUERY, VMA_READABLE};
 
 thread_local! {
     /// This thread's last stack mapping, `[start, end)`; empty until asked.
@@ -141,7 +141,7 @@ fn query(fd: i32, addr: usize) -> Result<Option<(usize, usize)>, ()> {
 /// `start-end` holds `addr`, if its protection is readable.
 fn scan_text(fd: i32, addr: usize) -> Option<(usize, usize)> {
     let mut buf = [0u8; 512];
-    let mut line = LineParser::default();
+    let mut line = MapsLine::default();
     loop {
         // SAFETY: reads at most `buf.len()` bytes into our buffer.
         let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
@@ -156,9 +156,11 @@ fn scan_text(fd: i32, addr: usize) -> Option<(usize, usize)> {
             return None;
         }
         for &b in &buf[..n as usize] {
-            if let Some((start, end, readable)) = line.push(b) {
+            if let Some((start, end, protection)) = line.push(b) {
                 if start <= addr && addr < end {
-                    return readable.then_some((start, end));
+                    return protection
+                        .contains(region::Protection::READ)
+                        .then_some((start, end));
                 }
                 // Mappings are listed in address order.
                 if start > addr {
@@ -169,77 +171,9 @@ fn scan_text(fd: i32, addr: usize) -> Option<(usize, usize)> {
     }
 }
 
-/// A parser of `/proc/self/maps` lines fed one byte at a time: `start-end perms ...\n`.
-#[derive(Default)]
-struct LineParser {
-    field: u8,
-    start: usize,
-    end: usize,
-    readable: bool,
-    bad: bool,
-}
-
-impl LineParser {
-    /// Feed one byte; at the end of a line, its `(start, end, readable)`.
-    fn push(&mut self, b: u8) -> Option<(usize, usize, bool)> {
-        if b == b'\n' {
-            let done =
-                (!self.bad && self.field >= 2).then_some((self.start, self.end, self.readable));
-            *self = LineParser::default();
-            return done;
-        }
-        match self.field {
-            0 | 1 => match (b, hex_digit(b)) {
-                (b'-', _) if self.field == 0 => self.field = 1,
-                (b' ', _) if self.field == 1 => self.field = 2,
-                (_, Some(d)) => {
-                    let v = if self.field == 0 {
-                        &mut self.start
-                    } else {
-                        &mut self.end
-                    };
-                    match v.checked_mul(16) {
-                        Some(x) => *v = x + d,
-                        None => self.bad = true,
-                    }
-                }
-                _ => self.bad = true,
-            },
-            2 => {
-                self.readable = b == b'r';
-                self.field = 3;
-            }
-            _ => {}
-        }
-        None
-    }
-}
-
-fn hex_digit(b: u8) -> Option<usize> {
-    (b as char).to_digit(16).map(|d| d as usize)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lines_of_the_maps_text_parse() {
-        let text = b"55d0c0000000-55d0c0021000 r--p 00000000 08:01 1 /bin/x\n\
-                     7ffd00000000-7ffd00022000 rw-p 00000000 00:00 0 [stack]\n\
-                     7ffd10000000-7ffd10001000 ---p 00000000 00:00 0\n\
-                     garbage line\n";
-        let mut p = LineParser::default();
-        let lines: Vec<_> = text.iter().filter_map(|&b| p.push(b)).collect();
-        assert_eq!(
-            lines,
-            vec![
-                (0x55d0c0000000, 0x55d0c0021000, true),
-                (0x7ffd00000000, 0x7ffd00022000, true),
-                (0x7ffd10000000, 0x7ffd10001000, false),
-            ]
-        );
-    }
 
     #[test]
     fn the_kernel_query_and_the_text_agree_on_this_threads_stack() {

@@ -9,7 +9,7 @@
 //!   reader opens and closes its own. cuhook holds no descriptor between operations: a host
 //!   that uses every descriptor its limit allows never finds one of them taken.
 //! - Older kernels, a sandbox that refuses the ioctl (a seccomp filter, at start or later), or
-//!   `CUHOOK_NO_PROCMAP_QUERY=1` (tests use it): [`read_text`] (through `region`). A refusal met
+//!   `CUHOOK_NO_PROCMAP_QUERY=1` (tests use it): [`read_text`] (`maps_text.rs`). A refusal met
 //!   mid-way switches for good ([`kernel_query_refused`]).
 #![allow(unsafe_code)]
 
@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use region::Protection;
 
 use super::fd::{self, Watched};
+pub(crate) use super::maps_text::{read_text, MapsLine};
 
 /// `struct procmap_query` of `<linux/fs.h>` (Linux 6.11).
 #[repr(C)]
@@ -252,22 +253,6 @@ fn covering(fd: BorrowedFd<'_>, addr: usize) -> Result<(usize, usize, Protection
         }
     }
     Ok((start, end, p))
-}
-
-/// Each mapping that overlaps `[lo, hi)`, read from `/proc/self/maps` text (the fallback), as
-/// (start, end, protection); else the errno.
-pub(crate) fn read_text(
-    lo: usize,
-    hi: usize,
-    mut each: impl FnMut(usize, usize, Protection),
-) -> Result<(), i32> {
-    let size = hi.saturating_sub(lo).max(1);
-    for r in region::query_range(lo as *const u8, size).map_err(|e| errno_of(&e))? {
-        let r = r.map_err(|e| errno_of(&e))?;
-        let range = r.as_range();
-        each(range.start, range.end, r.protection());
-    }
-    Ok(())
 }
 
 /// The errno behind an error of `region` (its queries read `/proc/self/maps`; its `protect` is

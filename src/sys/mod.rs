@@ -4,7 +4,7 @@
 //! frames (`cancel`), one-time initialisation that survives `fork` (`once`), whether memory can
 //! be had before work that allocates as it goes (`memory`), descriptors as owned values and the
 //! one identity check (`fd`), raw writes and the one way to stderr (`write`), the kernel's view
-//! of our mappings (`maps`: `PROCMAP_QUERY`, `/proc/self/maps`), thread ids (`thread`),
+//! of our mappings (`maps`: `PROCMAP_QUERY`; `maps_text`: `/proc/self/maps`), thread ids (`thread`),
 //! process-wide barriers (`membarrier`), and the process's start, exit and clock (`process`).
 //! Modules above call these typed wrappers and name `libc` only for types, constants and pure
 //! computations, so the contracts (the loader's handles and `dlerror`, descriptors the host
@@ -16,6 +16,7 @@ pub(crate) mod dl;
 pub(crate) mod fd;
 pub(crate) mod func;
 pub(crate) mod maps;
+pub(crate) mod maps_text;
 pub(crate) mod membarrier;
 pub(crate) mod memory;
 pub(crate) mod once;
