@@ -13,8 +13,8 @@
 //!   that uses every descriptor its limit allows never finds one of them taken.
 //! - Older kernels, a sandbox that refuses the ioctl (a seccomp filter, at start or later), or
 //!   `CUHOOK_NO_PROCMAP_QUERY=1` (tests use it): the mappings overlapping the batch are read from
-//!   `/proc/self/maps` text (through `region`), once per batch. A refusal met mid-way switches
-//!   for good, and the question that met it is answered from the text.
+//!   `/proc/self/maps` text (`sys::maps_text`, as bytes), once per batch. A refusal met mid-way
+//!   switches for good, and the question that met it is answered from the text.
 //! - No descriptor to be had (`RLIMIT_NOFILE` exhausted): protections cannot be read, so
 //!   nothing is written; the engine reports the objects as unreadable and leaves them as they
 //!   are (the host runs as it would without cuhook).
