@@ -52,7 +52,9 @@ impl MapsText {
         &self,
         mut line: impl FnMut(usize, usize, Protection) -> bool,
     ) -> Result<(), i32> {
-        let mut buf = [0u8; 1024];
+        // The text is ~100 bytes a mapping and the kernel makes it afresh on every read: few
+        // large reads (a host has thousands of mappings).
+        let mut buf = [0u8; 16 * 1024];
         let mut parser = MapsLine::default();
         loop {
             // SAFETY: reads at most `buf.len()` bytes into our buffer.
@@ -69,11 +71,18 @@ impl MapsText {
             if n == 0 {
                 return Ok(());
             }
-            for &b in &buf[..n as usize] {
+            let mut rest = &buf[..n as usize];
+            while let Some((&b, after)) = rest.split_first() {
+                rest = after;
                 if let Some((start, end, p)) = parser.push(b) {
                     if !line(start, end, p) {
                         return Ok(());
                     }
+                }
+                // Past the permissions only the end of the line matters.
+                if parser.field > 2 {
+                    let skip = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
+                    rest = &rest[skip..];
                 }
             }
         }
