@@ -46,15 +46,16 @@ impl MapsText {
     }
 
     /// Feeds every mapping line to `line(start, end, protection)` in the order listed, until
-    /// it returns false or the text ends, through a buffer on the stack. Lines that do not
-    /// parse are skipped. Else the errno of a failed read.
+    /// it returns false or the text ends. Lines that do not parse are skipped. Else the errno
+    /// of a failed read.
     pub(crate) fn lines(
         &self,
         mut line: impl FnMut(usize, usize, Protection) -> bool,
     ) -> Result<(), i32> {
         // The text is ~100 bytes a mapping and the kernel makes it afresh on every read: few
-        // large reads (a host has thousands of mappings).
-        let mut buf = [0u8; 16 * 1024];
+        // large reads (a host has thousands of mappings). On the heap: the engine runs on its
+        // host's threads, whose stacks may be small.
+        let mut buf = vec![0u8; 16 * 1024];
         let mut parser = MapsLine::default();
         loop {
             // SAFETY: reads at most `buf.len()` bytes into our buffer.
