@@ -39,6 +39,28 @@ loader_tests! {
         "group_churn_hooked", "group_churn_from_opened_object", "group_churn_forgotten"];
 }
 
+/// Calls `f(a, b)` of a fixture library, asserts it returns `want`, and that it went through a
+/// counting hook once (`calls` grew by one); `what` names the check.
+///
+/// # Safety
+/// `f` is a live function of that signature.
+unsafe fn assert_hooked_call(
+    f: unsafe extern "C" fn(std::ffi::c_int, std::ffi::c_int) -> std::ffi::c_int,
+    (a, b): (std::ffi::c_int, std::ffi::c_int),
+    want: std::ffi::c_int,
+    calls: &std::sync::atomic::AtomicUsize,
+    what: &str,
+) {
+    let before = calls.load(std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: the caller's contract.
+    assert_eq!(unsafe { f(a, b) }, want, "{what}: wrong result");
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::Relaxed),
+        before + 1,
+        "{what}"
+    );
+}
+
 /// The exit report's warning about libraries whose constructors ran before they were hooked
 /// names them (before: only how many). The `plugins` scenario opens libplugin_ctor.so after
 /// install; here cuhook also starts as it would preloaded, so that it writes the report.
@@ -132,7 +154,7 @@ fn rtld_next_from_dlopened_libraries_is_glibcs() {
 #[test]
 fn one_new_object_is_handled_without_a_walk() {
     use std::ffi::{c_char, c_int, c_void, CString};
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
 
     static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
     static REAL_MUL: AtomicUsize = AtomicUsize::new(0);
@@ -184,9 +206,7 @@ fn one_new_object_is_handled_without_a_walk() {
                 "round {round}: plugin not patched"
             );
             let call: Call = std::mem::transmute(libc::dlsym(h, c"plugin_call".as_ptr()));
-            let calls = CALLS.load(Ordering::Relaxed);
-            assert_eq!(call(2, 3), 5);
-            assert_eq!(CALLS.load(Ordering::Relaxed), calls + 1, "hook not called");
+            assert_hooked_call(call, (2, 3), 5, &CALLS, "hook not called");
             assert_eq!(close(h), 0);
             assert_eq!(
                 slots_in("libplugin.so"),
@@ -205,13 +225,7 @@ fn one_new_object_is_handled_without_a_walk() {
         assert!(!h.is_null());
         assert_eq!(slots_in("libplugin.so"), 1, "lazy plugin not patched");
         let call: Call = std::mem::transmute(libc::dlsym(h, c"plugin_call".as_ptr()));
-        let calls = CALLS.load(Ordering::Relaxed);
-        assert_eq!(call(4, 5), 9);
-        assert_eq!(
-            CALLS.load(Ordering::Relaxed),
-            calls + 1,
-            "lazy plugin: hook not called"
-        );
+        assert_hooked_call(call, (4, 5), 9, &CALLS, "lazy plugin: hook not called");
         assert_eq!(close(h), 0);
         let lazy = cuhook::hooks::diagnostics();
         assert_eq!(lazy.direct_patches, quick.direct_patches, "{lazy}");
@@ -254,12 +268,12 @@ fn one_new_object_is_handled_without_a_walk() {
                 "round {round}: the new dependency is not patched"
             );
             let call: Call2 = std::mem::transmute(libc::dlsym(h, c"plugin_dep_call".as_ptr()));
-            let calls = CALLS.load(Ordering::Relaxed);
-            assert_eq!(call(3, 4), 12);
-            assert_eq!(
-                CALLS.load(Ordering::Relaxed),
-                calls + 1,
-                "round {round}: the dependency's call did not reach the hook"
+            assert_hooked_call(
+                call,
+                (3, 4),
+                12,
+                &CALLS,
+                &format!("round {round}: the dependency's call did not reach the hook"),
             );
             assert_eq!(close(h), 0);
             assert_eq!(slots_in("libdep.so"), 0, "round {round}: not forgotten");
@@ -768,7 +782,7 @@ fn uninstall_leaves_a_slot_on_an_unreadable_page_alone() {
 fn whole_syncs_recognise_a_library_whose_path_is_not_utf8() {
     use std::ffi::{c_char, c_int, c_void, CString};
     use std::os::unix::ffi::OsStrExt;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
 
     const NAME: &str = "whole_syncs_recognise_a_library_whose_path_is_not_utf8";
     if std::env::var_os("CUHOOK_TEST_NON_UTF8_PATH").is_none() {
@@ -825,13 +839,7 @@ fn whole_syncs_recognise_a_library_whose_path_is_not_utf8() {
         let h = open(odd.as_ptr(), libc::RTLD_NOW);
         assert!(!h.is_null());
         let call: Call = std::mem::transmute(libc::dlsym(h, c"plugin_call".as_ptr()));
-        let calls = CALLS.load(Ordering::Relaxed);
-        assert_eq!(call(2, 3), 5);
-        assert_eq!(
-            CALLS.load(Ordering::Relaxed),
-            calls + 1,
-            "odd library not hooked"
-        );
+        assert_hooked_call(call, (2, 3), 5, &CALLS, "odd library not hooked");
         let slots = odd_slots();
         assert!(slots > 0, "odd library not patched");
 
@@ -857,9 +865,13 @@ fn whole_syncs_recognise_a_library_whose_path_is_not_utf8() {
             slots,
             "the odd library's slots were duplicated"
         );
-        let calls = CALLS.load(Ordering::Relaxed);
-        assert_eq!(call(1, 1), 2);
-        assert_eq!(CALLS.load(Ordering::Relaxed), calls + 1);
+        assert_hooked_call(
+            call,
+            (1, 1),
+            2,
+            &CALLS,
+            "odd library unhooked after the syncs",
+        );
         assert_eq!(close(h), 0);
         installed.uninstall().unwrap();
     }
