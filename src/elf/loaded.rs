@@ -25,16 +25,11 @@ impl LoadedObject {
 
     /// Whether this is the loader's entry with this load bias and name. The loader's list may
     /// hold two objects at one bias (a `dlmopen` namespace, a reused address), so identity is
-    /// both; every "same object" test in the crate goes through here.
-    pub fn is(&self, base: usize, name: &[u8]) -> bool {
-        self.base == base && self.name.as_bytes() == name
-    }
-
-    /// Whether this is the entry a listing shows at `base` with name `name` (the loader's
+    /// both; every "same object" test in the crate goes through here. `name` is the loader's
     /// bytes, which [`Self::name`] holds as text: a name that is not UTF-8 was converted
-    /// lossily, and is compared the same way).
-    /// Allocates nothing (it runs inside walks of the loader's list).
-    pub fn is_listed_as(&self, base: usize, name: &[u8]) -> bool {
+    /// lossily, and is compared the same way. Allocates nothing (it runs inside walks of the
+    /// loader's list).
+    pub fn is(&self, base: usize, name: &[u8]) -> bool {
         self.base == base && (self.name.as_bytes() == name || lossy_equal(&self.name, name))
     }
 
@@ -144,10 +139,10 @@ mod tests {
             phdrs: Vec::new(),
             position: 3,
         };
-        assert!(obj.is_listed_as(0x1000, raw));
-        assert!(!obj.is_listed_as(0x2000, raw));
-        assert!(!obj.is_listed_as(0x1000, b"/opt/lib\xffcuda\xc3.so.1"));
-        assert!(!obj.is_listed_as(0x1000, b"/opt/lib\xfecudb\xc3.so"));
+        assert!(obj.is(0x1000, raw));
+        assert!(!obj.is(0x2000, raw));
+        assert!(!obj.is(0x1000, b"/opt/lib\xffcuda\xc3.so.1"));
+        assert!(!obj.is(0x1000, b"/opt/lib\xfecudb\xc3.so"));
         assert!(lossy_equal("a\u{FFFD}b", b"a\xffb"));
         assert!(!lossy_equal("a\u{FFFD}", b"a\xffb"));
     }

@@ -95,11 +95,6 @@ impl Listing {
         self.c.entries.is_empty()
     }
 
-    /// How many objects the walk listed, copied or not.
-    pub fn listed(&self) -> usize {
-        self.c.listed
-    }
-
     /// Copied object `i` (not necessarily at position `i` of the loader's list: see
     /// [`LoadedObject::position`]) as a [`LoadedObject`].
     pub fn object(&self, i: usize) -> LoadedObject {
@@ -210,20 +205,19 @@ fn listing() -> Listing {
 }
 
 /// Copy the objects of the loader's list that `known` does not recognise, for a sync (which
-/// only looks at the others): one walk, copying nothing of a known object. `known(position,
-/// base, name)` runs inside the walk for each listed object (the walk's rules hold: no
-/// allocation, lock or loader call) and says whether the caller knows it. `room`: how many
+/// only looks at the others): one walk, copying nothing of a known object. `known(base, name)`
+/// runs inside the walk for each listed object (the walk's rules hold: no allocation, lock or
+/// loader call) and says whether the caller knows it. `room`: how many
 /// unknown objects to make room for. `None` when more came (the caller makes more room and
 /// walks again, undoing what `known` noted).
 pub fn listing_unknown(
     room: usize,
-    known: &mut dyn FnMut(usize, usize, &[u8]) -> bool,
+    known: &mut dyn FnMut(usize, &[u8]) -> bool,
 ) -> Option<Listing> {
     let mut c = Collector::with_room(room, room * UNKNOWN_NAME_BYTES, room * UNKNOWN_PHDRS);
     // As for a snapshot, a walk that stopped early (a panic inside it) gives what it copied.
     let _ = dl::iterate(&mut |o: &Listed<'_>| {
-        let position = c.listed;
-        if known(position, o.info.dlpi_addr as usize, o.name()) {
+        if known(o.info.dlpi_addr as usize, o.name()) {
             note_counters(&mut c, o);
             c.listed += 1;
             return ControlFlow::Continue(());
@@ -337,15 +331,14 @@ mod tests {
             .expect("libc listed");
         // Everything known but libc: only libc is copied, with its position in the list.
         let mut asked = 0;
-        let listing = listing_unknown(4, &mut |position, base, name| {
+        let listing = listing_unknown(4, &mut |base, name| {
+            let o = &all.objects[asked];
             asked += 1;
-            let o = &all.objects[position];
-            assert!(o.is_listed_as(base, name), "position {position} is {o:?}");
-            position != libc_at
+            assert!(o.is(base, name), "position {} is {o:?}", asked - 1);
+            asked - 1 != libc_at
         })
         .expect("room for one");
         assert_eq!(asked, all.objects.len());
-        assert_eq!(listing.listed(), all.objects.len());
         assert_eq!(listing.len(), 1);
         let libc = listing.object(0);
         assert_eq!(libc.position, libc_at);
@@ -353,8 +346,8 @@ mod tests {
         assert_eq!(libc.phdrs.len(), all.objects[libc_at].phdrs.len());
         assert_eq!(listing.counters(), all.counters);
         // Nothing known, room for one: the walk asks for more room.
-        assert!(listing_unknown(1, &mut |_, _, _| false).is_none());
-        let every = listing_unknown(all.objects.len() + 1, &mut |_, _, _| false).expect("room");
+        assert!(listing_unknown(1, &mut |_, _| false).is_none());
+        let every = listing_unknown(all.objects.len() + 1, &mut |_, _| false).expect("room");
         assert_eq!(every.len(), all.objects.len());
     }
 

@@ -28,7 +28,7 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use crate::sys::maps::{MapsLine, ProcmapQuery, PROCMAP_QUERY, VMA_READABLE};
+use crate::sys::maps::{each_line, ProcmapQuery, PROCMAP_QUERY, VMA_READABLE};
 
 thread_local! {
     /// This thread's last stack mapping, `[start, end)`; empty until asked.
@@ -140,35 +140,18 @@ fn query(fd: i32, addr: usize) -> Result<Option<(usize, usize)>, ()> {
 /// The text of `/proc/self/maps`, streamed through a small stack buffer: the line whose
 /// `start-end` holds `addr`, if its protection is readable.
 fn scan_text(fd: i32, addr: usize) -> Option<(usize, usize)> {
-    let mut buf = [0u8; 512];
-    let mut line = MapsLine::default();
-    loop {
-        // SAFETY: reads at most `buf.len()` bytes into our buffer.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            // SAFETY: errno is this thread's.
-            if unsafe { *libc::__errno_location() } == libc::EINTR {
-                continue;
-            }
-            return None;
+    let mut found = None;
+    each_line(fd, &mut [0u8; 512], |start, end, protection| {
+        if start <= addr && addr < end {
+            found = protection
+                .contains(region::Protection::READ)
+                .then_some((start, end));
         }
-        if n == 0 {
-            return None;
-        }
-        for &b in &buf[..n as usize] {
-            if let Some((start, end, protection)) = line.push(b) {
-                if start <= addr && addr < end {
-                    return protection
-                        .contains(region::Protection::READ)
-                        .then_some((start, end));
-                }
-                // Mappings are listed in address order.
-                if start > addr {
-                    return None;
-                }
-            }
-        }
-    }
+        // Mappings are listed in address order.
+        end <= addr
+    })
+    .ok()?;
+    found
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use region::Protection;
 
 use super::fd::{self, Watched};
-pub(crate) use super::maps_text::{read_text, MapsLine};
+pub(crate) use super::maps_text::{each_line, read_text};
 
 /// `struct procmap_query` of `<linux/fs.h>` (Linux 6.11).
 #[repr(C)]

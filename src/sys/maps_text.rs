@@ -5,7 +5,7 @@
 //! up to their permissions and the rest skipped.
 #![allow(unsafe_code)]
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, RawFd};
 
 use region::Protection;
 
@@ -14,18 +14,23 @@ use super::fd;
 /// Each mapping that overlaps `[lo, hi)`, read from `/proc/self/maps` text (the fallback), as
 /// (start, end, protection); else the errno.
 ///
-/// Read as bytes through a buffer on the stack, each line's `start-end perms` parsed and the
-/// rest (the path) skipped: a path is whatever bytes the file's name has, and taking the text
-/// for UTF-8 (as `region::query_range` does) failed every query of a process that had mapped
-/// one file whose name is not, so that nothing loaded after it was patched.
+/// Read as bytes, each line's `start-end perms` parsed and the rest (the path) skipped: a path
+/// is whatever bytes the file's name has, and taking the text for UTF-8 (as
+/// `region::query_range` does) failed every query of a process that had mapped one file whose
+/// name is not, so that nothing loaded after it was patched.
 pub(crate) fn read_text(
     lo: usize,
     hi: usize,
     mut each: impl FnMut(usize, usize, Protection),
 ) -> Result<(), i32> {
     let hi = hi.max(lo.saturating_add(1));
-    let text = MapsText::open()?;
-    text.lines(|start, end, p| {
+    let text = fd::open(c"/proc/self/maps", libc::O_RDONLY | libc::O_CLOEXEC, 0)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    // The text is ~100 bytes a mapping and the kernel makes it afresh on every read: few large
+    // reads (a host has thousands of mappings). On the heap: the engine runs on its host's
+    // threads, whose stacks may be small.
+    let mut buf = vec![0u8; 16 * 1024];
+    each_line(text.as_raw_fd(), &mut buf, |start, end, p| {
         if end > lo && start < hi {
             each(start, end, p);
         }
@@ -34,67 +39,52 @@ pub(crate) fn read_text(
     })
 }
 
-/// `/proc/self/maps` opened for reading as text, closed on drop.
-pub(crate) struct MapsText(OwnedFd);
-
-impl MapsText {
-    /// Opens it (no allocation); else the errno.
-    pub(crate) fn open() -> Result<MapsText, i32> {
-        fd::open(c"/proc/self/maps", libc::O_RDONLY | libc::O_CLOEXEC, 0)
-            .map(MapsText)
-            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
-    }
-
-    /// Feeds every mapping line to `line(start, end, protection)` in the order listed, until
-    /// it returns false or the text ends. Lines that do not parse are skipped. Else the errno
-    /// of a failed read.
-    pub(crate) fn lines(
-        &self,
-        mut line: impl FnMut(usize, usize, Protection) -> bool,
-    ) -> Result<(), i32> {
-        // The text is ~100 bytes a mapping and the kernel makes it afresh on every read: few
-        // large reads (a host has thousands of mappings). On the heap: the engine runs on its
-        // host's threads, whose stacks may be small.
-        let mut buf = vec![0u8; 16 * 1024];
-        let mut parser = MapsLine::default();
-        loop {
-            // SAFETY: reads at most `buf.len()` bytes into our buffer.
-            let n = unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n < 0 {
-                let errno = std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::EIO);
-                if errno == libc::EINTR {
-                    continue;
-                }
-                return Err(errno);
+/// Feeds every mapping line of the maps text open at `fd` to `line(start, end, protection)` in
+/// the order listed, until it returns false or the text ends, reading through `buf`. Lines
+/// that do not parse are skipped. Else the errno of a failed read. Allocates nothing: the
+/// stack unwinder reads through it inside hooks, with a buffer on its stack.
+pub(crate) fn each_line(
+    fd: RawFd,
+    buf: &mut [u8],
+    mut line: impl FnMut(usize, usize, Protection) -> bool,
+) -> Result<(), i32> {
+    let mut parser = MapsLine::default();
+    loop {
+        // SAFETY: reads at most `buf.len()` bytes into the caller's buffer.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let errno = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO);
+            if errno == libc::EINTR {
+                continue;
             }
-            if n == 0 {
-                return Ok(());
+            return Err(errno);
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let mut rest = &buf[..n as usize];
+        while let Some((&b, after)) = rest.split_first() {
+            rest = after;
+            if let Some((start, end, p)) = parser.push(b) {
+                if !line(start, end, p) {
+                    return Ok(());
+                }
             }
-            let mut rest = &buf[..n as usize];
-            while let Some((&b, after)) = rest.split_first() {
-                rest = after;
-                if let Some((start, end, p)) = parser.push(b) {
-                    if !line(start, end, p) {
-                        return Ok(());
-                    }
-                }
-                // Past the permissions only the end of the line matters.
-                if parser.field > 2 {
-                    let skip = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
-                    rest = &rest[skip..];
-                }
+            // Past the permissions only the end of the line matters.
+            if parser.field > 2 {
+                let skip = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
+                rest = &rest[skip..];
             }
         }
     }
 }
 
 /// A parser of `/proc/self/maps` lines fed one byte at a time: `start-end perms ...\n`, the
-/// rest of the line (offset, device, inode, path) skipped whatever its bytes. Allocation-free:
-/// the stack unwinder feeds it inside hooks.
+/// rest of the line (offset, device, inode, path) skipped whatever its bytes.
 #[derive(Default)]
-pub(crate) struct MapsLine {
+struct MapsLine {
     field: u8,
     start: usize,
     end: usize,
@@ -104,7 +94,7 @@ pub(crate) struct MapsLine {
 
 impl MapsLine {
     /// Feeds one byte; at the end of a line that parsed, its `(start, end, protection)`.
-    pub(crate) fn push(&mut self, b: u8) -> Option<(usize, usize, Protection)> {
+    fn push(&mut self, b: u8) -> Option<(usize, usize, Protection)> {
         if b == b'\n' {
             let done =
                 (!self.bad && self.field >= 3).then_some((self.start, self.end, self.protection));

@@ -131,7 +131,7 @@ pub(crate) fn install(set: &HookSet, loader_set: fn() -> HookSet) -> Result<u64>
     let dl_set = loader_set();
     st.want(&dl_set);
     st.want(set);
-    let (all, _) = st.sync(true);
+    let (all, _) = st.sync(true, elf::counters());
     // The loader interposers come with the first set, so later dlopens get patched too. Both
     // sets are applied in one batch: each object is pinned once.
     let mut ids = Vec::with_capacity(2);

@@ -26,6 +26,8 @@ pub(super) struct Synced {
     pub pins: Vec<Option<Pin>>,
     /// Every new object was indexed (none left alone, unreadable or gone before it was read).
     pub complete: bool,
+    /// The loader's counters the list was read at.
+    pub counters: elf::LoadCounters,
 }
 
 /// What [`State::admit_new`] took in: the new objects' indexes, and the pins taken for them.
@@ -47,15 +49,16 @@ pub(super) enum Reading {
     Indexed(Vec<Option<Result<ObjectIndex>>>),
 }
 
-/// Where among the known objects at `base` is the one the loader lists there with the name
-/// bytes `name` (inside a walk: it only reads).
-fn find_listed(known: &Option<HashMap<usize, KnownAt>>, base: usize, name: &[u8]) -> Option<usize> {
+/// Where among the known objects at `base` is the one the loader lists with the name bytes
+/// `name` (it only reads: a sync asks inside its walk of the loader's list).
+fn known_at(known: &Option<HashMap<usize, KnownAt>>, base: usize, name: &[u8]) -> Option<usize> {
     known
         .as_ref()?
         .get(&base)?
         .iter()
-        .position(|k| k.object.is_listed_as(base, name))
+        .position(|k| k.object.is(base, name))
 }
+
 /// Up to this many new objects found by one sync are pinned by name before they are read; more
 /// are read from inside walks of the loader's list.
 const PIN_BEFORE_INDEX: usize = 64;
@@ -63,11 +66,8 @@ const PIN_BEFORE_INDEX: usize = 64;
 impl State {
     /// The known object with this load bias and name.
     pub(super) fn find_known(&self, base: usize, name: &str) -> Option<&Known> {
-        self.known
-            .as_ref()?
-            .get(&base)?
-            .iter()
-            .find(|k| k.object.is(base, name.as_bytes()))
+        let at = known_at(&self.known, base, name.as_bytes())?;
+        self.known.as_ref()?.get(&base)?.get(at)
     }
 
     /// Take a new object into the cache: index it, or note why it is left alone. Returns its
@@ -198,8 +198,9 @@ impl State {
     /// vouch for are pinned by name, or left alone when they are gone.
     ///
     /// `want_all`: fill [`Synced::all`] (an install patches every object; a sync after a loader
-    /// call only the new ones, and the known objects are then merely recognised).
-    pub(super) fn sync_cache(&mut self, want_all: bool) -> (Synced, elf::LoadCounters) {
+    /// call only the new ones, and the known objects are then merely recognised). `now`: the
+    /// loader's counters read just before (they size the room for new objects).
+    pub(super) fn sync_cache(&mut self, want_all: bool, now: elf::LoadCounters) -> Synced {
         let known_count = self
             .known
             .as_ref()
@@ -207,7 +208,7 @@ impl State {
         // Room for the objects added since the last sync, and some (at most a few thousand:
         // each takes half a kilobyte of names); more make the walk start again with twice the
         // room.
-        let added = elf::counters().adds.wrapping_sub(self.last_counters.adds);
+        let added = now.adds.wrapping_sub(self.last_counters.adds);
         let mut room = (added.min(4096) as usize) + 16;
         // The known objects the walk saw, in list order: each one's load bias and place among
         // the known objects there. Reserved for every known object: nothing allocates inside.
@@ -215,8 +216,8 @@ impl State {
         let listing = loop {
             seen.clear();
             let known = &self.known;
-            let found = elf::listing_unknown(room, &mut |_, base, name| {
-                let Some(at) = find_listed(known, base, name) else {
+            let found = elf::listing_unknown(room, &mut |base, name| {
+                let Some(at) = known_at(known, base, name) else {
                     return false;
                 };
                 if seen.len() < seen.capacity() {
@@ -270,13 +271,13 @@ impl State {
             complete,
         } = self.admit_new(fresh, &[], subs, reading);
         all.extend(new.iter().cloned());
-        let synced = Synced {
+        Synced {
             all,
             new,
             pins,
             complete,
-        };
-        (synced, listing.counters())
+            counters: listing.counters(),
+        }
     }
 
     /// Take objects new since the last sync into the cache: index each, or note why it is left
@@ -378,24 +379,27 @@ impl State {
                 break;
             }
             self.diag.rescans += 1;
-            patched += self.sync(false).1;
+            patched += self.sync(false, counters).1;
         }
         patched
     }
 
     /// Sync with the loader's list: unloaded objects are forgotten, new ones indexed and
     /// patched with every installed set. Returns every known object (only when `want_all`:
-    /// empty otherwise) and the number of slots patched.
-    pub(super) fn sync(&mut self, want_all: bool) -> (Vec<Arc<ObjectIndex>>, usize) {
-        let (
-            Synced {
-                all,
-                new,
-                pins,
-                complete,
-            },
+    /// empty otherwise) and the number of slots patched. `now`: the loader's counters, just
+    /// read.
+    pub(super) fn sync(
+        &mut self,
+        want_all: bool,
+        now: elf::LoadCounters,
+    ) -> (Vec<Arc<ObjectIndex>>, usize) {
+        let Synced {
+            all,
+            new,
+            pins,
+            complete,
             counters,
-        ) = self.sync_cache(want_all);
+        } = self.sync_cache(want_all, now);
         self.last_counters = counters;
         // Nothing to apply before the first set is installed.
         if self.sets.is_empty() {
