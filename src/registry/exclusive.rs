@@ -38,23 +38,28 @@ impl Registry {
         }
     }
 
-    /// [`Self::insert`] beyond a shared edit that filled record `p` (taken from a lane, linked
-    /// nowhere) with the range and its sequence number.
+    /// [`Self::insert`] beyond a shared edit, in exclusive mode: with the record that edit
+    /// filled (taken from a lane, linked nowhere; its range and sequence number are kept), or,
+    /// when none could begin (no lane, or no spare record in it), with `a` from the start after
+    /// giving the thread's lane spare records.
     #[inline(never)]
-    pub(super) fn insert_exclusive_filled(&self, p: Ptr<Record>) -> InsertOutcome {
-        let a = rec(p).get();
+    pub(super) fn insert_exclusive(
+        &self,
+        a: Allocation,
+        filled: Option<Ptr<Record>>,
+    ) -> InsertOutcome {
         let mut guard = self.exclusive();
-        guard.recs.free(p);
-        self.insert_locked(guard, a, Some(a.seq))
-    }
-
-    /// [`Self::insert`] when no shared edit could begin (no lane, or no spare record in it);
-    /// gives the thread's lane spare records first if it ran out.
-    #[inline(never)]
-    pub(super) fn insert_exclusive(&self, a: Allocation) -> InsertOutcome {
-        let mut guard = self.exclusive();
-        guard.refill(&self.lanes);
-        self.insert_locked(guard, a, None)
+        match filled {
+            Some(p) => {
+                let a = rec(p).get();
+                guard.recs.free(p);
+                self.insert_locked(guard, a, Some(a.seq))
+            }
+            None => {
+                guard.refill(&self.lanes);
+                self.insert_locked(guard, a, None)
+            }
+        }
     }
 
     /// Everything [`Self::insert`] does beyond a shared edit, in the exclusive mode it took.

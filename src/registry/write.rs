@@ -242,7 +242,7 @@ impl Registry {
                 overwritten: 0,
                 size: a.size,
             },
-            Err(filled) => self.insert_beyond_shared(a, filled),
+            Err(filled) => self.insert_exclusive(a, filled),
         }
     }
 
@@ -256,17 +256,7 @@ impl Registry {
         }
         match self.insert_shared(&a) {
             Ok(seq) => seq,
-            Err(filled) => self.insert_beyond_shared(a, filled).seq.unwrap_or(0),
-        }
-    }
-
-    /// The exclusive way of an insert whose shared edit did not link it: the record it filled,
-    /// if any, or `a` from the start.
-    #[inline(never)]
-    fn insert_beyond_shared(&self, a: Allocation, filled: Option<Ptr<Record>>) -> InsertOutcome {
-        match filled {
-            Some(p) => self.insert_exclusive_filled(p),
-            None => self.insert_exclusive(a),
+            Err(filled) => self.insert_exclusive(a, filled).seq.unwrap_or(0),
         }
     }
 
