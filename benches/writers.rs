@@ -10,7 +10,8 @@
 //! 4 KiB ranges of one block (one pool shared by all streams).
 //!
 //! Run: `cargo bench --bench writers` (threads 1, 2, 4, 8, 16 capped at the CPUs), or
-//! `cargo bench --bench writers -- 1 16` for chosen thread counts. Meant for a machine with
+//! `cargo bench --bench writers -- 1 16` for chosen thread counts; `-- sizes` for the cost of one
+//! insert+removal by range size, on one thread. Meant for a machine with
 //! many cores (the H200 host: 16): on 2 cores it shows little.
 
 use std::collections::BTreeMap;
@@ -121,7 +122,57 @@ fn private(threads: usize) -> f64 {
     })
 }
 
+/// One thread, one registry with the 1,000 other ranges: ns per insert + removal of a range of
+/// each size, at the start of a 2 MiB block and one granule in (a range is written into every
+/// 4 KiB granule it covers in part, and as one slot per whole aligned block), then per
+/// allocation of a round of `torch_threads.py`'s sizes laid out as a pool would (each at the next
+/// 512-byte boundary, so small ones share granules) and one per granule.
+fn sizes() {
+    let reg = Registry::new();
+    populate(&reg);
+    let pairs = |starts: &[(usize, usize)], rounds: usize| {
+        let t0 = Instant::now();
+        for _ in 0..rounds {
+            for &(start, size) in starts {
+                reg.insert(Allocation::new(start, size, c"cuMemAllocAsync"));
+            }
+            for &(start, _) in starts {
+                black_box(reg.remove_allocation(start));
+            }
+        }
+        t0.elapsed().as_nanos() as f64 / (rounds * starts.len()) as f64
+    };
+    let block = BASE + 64 * BLOCK;
+    println!("sizes: one thread, ns per insert+remove pair");
+    for size in [4096, 16384, 65536, 262144, 1 << 20, 2 << 20] {
+        let (aligned, inside) = (
+            pairs(&[(block, size)], 20_000),
+            pairs(&[(block + 4096, size)], 20_000),
+        );
+        println!("  {size:>8} B   at a block's start {aligned:7.1}   one granule in {inside:7.1}");
+    }
+    const TORCH: [usize; 8] = [256, 4096, 65536, 1 << 20, 512, 16384, 262144, 2048];
+    for (what, align) in [("pool-packed (512 B)", 512), ("one granule each", 4096)] {
+        let mut at = block;
+        let starts: Vec<(usize, usize)> = TORCH
+            .iter()
+            .map(|&size| {
+                let start = at;
+                at += size.next_multiple_of(align);
+                (start, size)
+            })
+            .collect();
+        println!(
+            "  torch_threads.py's sizes, {what}: {:7.1} per allocation",
+            pairs(&starts, 20_000)
+        );
+    }
+}
+
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("sizes") {
+        return sizes();
+    }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut counts: Vec<usize> = std::env::args()
         .skip(1)
