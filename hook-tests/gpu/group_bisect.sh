@@ -3,13 +3,17 @@
 # (docs/gpu-results.md, nineteenth session): torch_check.py (both allocator backends) and a
 # training loop (torch_train.py, cuBLAS loaded lazily), preloaded, with the path off and on.
 # Each run prints its exit status; a crash leaves a core file in OUTDIR, and with gdb present
-# its backtrace is printed (which hook, original or loader step faulted). Then the patched slots
+# its backtrace is printed (which hook, original or loader step faulted); without gdb (the
+# GPU machine) segv_shim.c, preloaded first, prints the faulting frame. Then the patched slots
 # after `import torch` with the path off and on (slots_dump.py), for a diff.
 # Usage: hook-tests/gpu/group_bisect.sh LIBCUHOOK_SO [OUTDIR]
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$1" "${2:-}"
 cd "$here"
 ulimit -c unlimited 2>/dev/null
+# No gdb there: a SIGSEGV handler preloaded first prints the faulting frame (segv_shim.c).
+shim="$out/segv_shim.so"
+cc -O1 -shared -fPIC -o "$shim" segv_shim.c || shim=""
 for on in 0 1; do
     for run in native async train; do
         case $run in
@@ -19,9 +23,10 @@ for on in 0 1; do
         esac
         dir="$out/group$on-$run"
         mkdir -p "$dir"
-        (cd "$dir" && env ${conf:+PYTORCH_CUDA_ALLOC_CONF=$conf} CUHOOK_GROUP_DLOPEN=$on LD_PRELOAD="$CUHOOK_LIB" \
+        (cd "$dir" && env ${conf:+PYTORCH_CUDA_ALLOC_CONF=$conf} CUHOOK_GROUP_DLOPEN=$on LD_PRELOAD="${shim:+$shim }$CUHOOK_LIB" \
             timeout 120 python3 "$here/${args[0]}" "${args[@]:1}" >"$dir/out.txt" 2>&1)
         echo "CUHOOK_GROUP_DLOPEN=$on $run: exit $?"
+        grep -A40 SEGV_SHIM "$dir/out.txt" | grep -v "^  stk.* ?$" | head -40
         core=$(ls "$dir"/core* 2>/dev/null | head -1)
         if [ -n "$core" ] && command -v gdb >/dev/null; then
             gdb -batch -ex "bt 25" "$(command -v python3)" "$core" 2>/dev/null | grep -E "^#" | head -25
