@@ -12,7 +12,7 @@ libs=()
 for lib in "$@"; do libs+=("$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")"); done
 nvcc -O2 -arch=native "${inc[@]}" -o "$out/bench" "$here/bench.cu" -lcuda -ldl -lpthread || exit 1
 : >"$out/threads.txt"
-for round in $(seq "${ROUNDS:-3}"); do
+for round in $(seq "${ROUNDS:-5}"); do
     for threads in 16 1; do
         for api in drv rt; do
             echo "mode=plain $(NO_CUHOOK=1 "$out/bench" pairs $api "$threads")" >>"$out/threads.txt"
