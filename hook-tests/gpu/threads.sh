@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 36 on the real driver: the stream-ordered pairs of bench.cu (1 and 16 threads, each on
 # its own stream) in plain processes and under each given libcuhook.so, alternated process by
-# process, ROUNDS rounds (default 3); medians [min-max] and ratios to plain. Give it builds to
+# process, ROUNDS rounds (default 5); medians [min-max] and ratios to plain. Give it builds to
 # compare: the library before and after a change, or measurement builds made with
 # --cfg cuhook_diag="no_context" (no context query per allocation) or "no_registry" (no
 # registry write). Each column is named after its file.
