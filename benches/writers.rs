@@ -52,8 +52,14 @@ impl Shared for Mutex<BTreeMap<usize, Allocation>> {
     }
 }
 
+/// A 4 KiB block of a warm stream-ordered pool at `start`.
 fn range(start: usize) -> Allocation {
-    let mut a = Allocation::new(start, 4096, c"cuMemAllocAsync");
+    sized(start, 4096)
+}
+
+/// A stream-ordered allocation of `size` bytes at `start`.
+fn sized(start: usize, size: usize) -> Allocation {
+    let mut a = Allocation::new(start, size, c"cuMemAllocAsync");
     a.device = 0;
     a
 }
@@ -134,7 +140,7 @@ fn sizes() {
         let t0 = Instant::now();
         for _ in 0..rounds {
             for &(start, size) in starts {
-                reg.insert(Allocation::new(start, size, c"cuMemAllocAsync"));
+                reg.insert(sized(start, size));
             }
             for &(start, _) in starts {
                 black_box(reg.remove_allocation(start));

@@ -11,9 +11,8 @@ set -u
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$1" "${2:-}"
 cd "$here"
 ulimit -c unlimited 2>/dev/null
-# No gdb there: a SIGSEGV handler preloaded first prints the faulting frame (segv_shim.c).
-shim="$out/segv_shim.so"
-cc -O1 -shared -fPIC -o "$shim" segv_shim.c || shim=""
+source "$here/segv.sh"
+shim=$(segv_shim "$out")
 for on in 0 1; do
     for run in native async train; do
         case $run in
@@ -26,7 +25,7 @@ for on in 0 1; do
         (cd "$dir" && env ${conf:+PYTORCH_CUDA_ALLOC_CONF=$conf} CUHOOK_GROUP_DLOPEN=$on LD_PRELOAD="${shim:+$shim }$CUHOOK_LIB" \
             timeout 120 python3 "$here/${args[0]}" "${args[@]:1}" >"$dir/out.txt" 2>&1)
         echo "CUHOOK_GROUP_DLOPEN=$on $run: exit $?"
-        grep -A40 SEGV_SHIM "$dir/out.txt" | grep -v "^  stk.* ?$" | head -40
+        segv_frame "$dir/out.txt"
         core=$(ls "$dir"/core* 2>/dev/null | head -1)
         if [ -n "$core" ] && command -v gdb >/dev/null; then
             gdb -batch -ex "bt 25" "$(command -v python3)" "$core" 2>/dev/null | grep -E "^#" | head -25

@@ -8,19 +8,20 @@
 set -u
 out="$1"; shift; mkdir -p "$out"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cc -O1 -shared -fPIC -o "$out/segv_shim.so" "$here/segv_shim.c" || exit 1
+source "$here/segv.sh"
+shim=$(segv_shim "$out") || exit 1
 status=0
 for lib in "$@"; do
     lib="$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")"
     for conf in native cudaMallocAsync; do
         log="$out/$(basename "$lib" .so)-$conf.txt"
-        vars=(${ENV:-} CUHOOK_LIB="$lib" LD_PRELOAD="$out/segv_shim.so $lib")
+        vars=(${ENV:-} CUHOOK_LIB="$lib" LD_PRELOAD="$shim $lib")
         [ "$conf" = native ] || vars+=(PYTORCH_CUDA_ALLOC_CONF=backend:$conf)
         (cd "$here" && env "${vars[@]}" timeout 90 python3 torch_check.py) >"$log" 2>&1
         rc=$?
         echo "$(basename "$lib") $conf: exit $rc, $(grep -m1 '^check' "$log" || echo 'no check line')"
         [ $rc -eq 0 ] || status=1
-        grep -A40 SEGV_SHIM "$log" | grep -v '^  stk.* ?$' | head -40
+        segv_frame "$log"
     done
 done
 exit $status
