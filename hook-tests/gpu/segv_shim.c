@@ -2,8 +2,9 @@
  * SIGSEGV the faulting address, the registers that matter, and object+offset of the faulting
  * instruction, of the words on top of the stack (a call through a bad pointer leaves its return
  * address there) and of a backtrace. Resolve our offsets with `addr2line -fie` on the unstripped
- * library of the same build. Python's faulthandler, when on, prints first and re-raises.
- * Build: cc -O1 -shared -fPIC -o segv_shim.so segv_shim.c */
+ * library of the same build. It also catches SIGBUS, SIGILL and SIGFPE, and keeps its handler
+ * when the process later asks for its own (each refusal is printed as SEGV_SHIM_KEEP).
+ * Build: cc -O1 -shared -fPIC -o segv_shim.so segv_shim.c -ldl */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -35,6 +36,24 @@ static void handler(int sig, siginfo_t *si, void *ucv) {
     fflush(stderr);
     signal(sig, SIG_DFL);
 }
+static const int fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE};
+static int is_fatal(int sig) {
+    for (unsigned k = 0; k < sizeof fatal / sizeof fatal[0]; k++)
+        if (fatal[k] == sig) return 1;
+    return 0;
+}
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+/* The process (the driver, a framework) may install its own handlers for these signals later
+ * and hide the frame: keep ours, and tell the caller its handler was taken. */
+int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    static sigaction_fn real;
+    if (!real) real = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+    if (act && is_fatal(sig) && act->sa_sigaction != handler) {
+        fprintf(stderr, "SEGV_SHIM_KEEP: a handler for signal %d was not installed\n", sig);
+        return real(sig, 0, old);
+    }
+    return real(sig, act, old);
+}
 __attribute__((constructor)) static void init(void) {
     void *bt[4];
     backtrace(bt, 4);
@@ -43,5 +62,5 @@ __attribute__((constructor)) static void init(void) {
     struct sigaction sa = {0};
     sa.sa_sigaction = handler;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigaction(SIGSEGV, &sa, 0);
+    for (unsigned k = 0; k < sizeof fatal / sizeof fatal[0]; k++) sigaction(fatal[k], &sa, 0);
 }
