@@ -876,3 +876,81 @@ fn whole_syncs_recognise_a_library_whose_path_is_not_utf8() {
         installed.uninstall().unwrap();
     }
 }
+
+/// `dlsym(RTLD_DEFAULT)` from a dependency that nobody opened by name answers as the loader
+/// does, with the interposers in place and the object never pinned by name (an install into
+/// many objects reads them inside walks): a symbol that exists nowhere is not found, one of its
+/// load group is. Before: a miss in the global scope was retried with the caller's bare link
+/// map as the handle, which glibc gives no dependency list unless it was opened itself, and
+/// `dlsym` on it faulted inside the loader (PyTorch's `torch.cuda.synchronize()` crashed so on
+/// the H200 when new objects were read without pins). Runs in a child process of its own.
+#[test]
+fn rtld_default_from_a_dependency_answers_as_the_loader() {
+    use std::ffi::{c_char, c_void, CString};
+    use std::sync::atomic::AtomicUsize;
+
+    if common::ran_in_child(
+        "rtld_default_from_a_dependency_answers_as_the_loader",
+        "CUHOOK_TEST_DEFAULT_SCOPE",
+    ) {
+        return;
+    }
+    static REAL_ADD: AtomicUsize = AtomicUsize::new(0);
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    counting_hook!(add, REAL_ADD, CALLS);
+    type Lookup = unsafe extern "C" fn(*const c_char) -> *mut c_void;
+    // The symbols asked for: nowhere, in the dependency's own dependency, in the library that
+    // loaded it (in its group's scope, not in the dependency's own list), and a global one.
+    let names = [
+        "cuhook_test_defined_nowhere",
+        "scope_leaf_fn",
+        "scope_top_only",
+        "target_add",
+    ];
+    let names: Vec<CString> = names.iter().map(|n| CString::new(*n).unwrap()).collect();
+    // SAFETY: fixture libraries built by build.rs, kept loaded; symbols looked up with their C
+    // types.
+    unsafe {
+        let target = common::fixture_path("libtarget.so");
+        assert!(!libc::dlopen(target.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL).is_null());
+        for k in 0..80 {
+            let p = common::fixture_path(&format!("libmany_{k:02}.so"));
+            assert!(!libc::dlopen(p.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL).is_null());
+        }
+        let top = common::fixture_path("libscope_top.so");
+        let top = libc::dlopen(top.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        assert!(!top.is_null());
+        let lookup: Lookup = std::mem::transmute(libc::dlsym(top, c"scope_top_lookup".as_ptr()));
+        let plain: Vec<usize> = names.iter().map(|n| lookup(n.as_ptr()) as usize).collect();
+        assert_eq!(plain[0], 0);
+        assert!(plain[1..].iter().all(|&a| a != 0), "{plain:x?}");
+
+        let set = common::one_hook_set(
+            "default scope",
+            "target_add",
+            add as *const () as usize,
+            &REAL_ADD,
+        );
+        let before = cuhook::hooks::diagnostics();
+        let installed = cuhook::hooks::install(&set).unwrap();
+        assert_eq!(
+            cuhook::hooks::diagnostics().pinned_by_name,
+            before.pinned_by_name,
+            "the dependency must not have been opened by name for this test"
+        );
+        let hooked: Vec<usize> = names.iter().map(|n| lookup(n.as_ptr()) as usize).collect();
+        assert_eq!(hooked[0], 0, "found a symbol defined nowhere");
+        assert_eq!(hooked[1], plain[1], "its own dependency's symbol");
+        assert_eq!(
+            hooked[3], add as *const () as usize,
+            "a hooked original is its hook"
+        );
+        // Entered as the caller (x86_64, no shadow stack), the loader searches the caller's own
+        // scope; elsewhere the dependency's own list stands in for it, which lacks the library
+        // above it.
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(hooked[2], plain[2], "its load group's symbol");
+        }
+        installed.uninstall().unwrap();
+    }
+}

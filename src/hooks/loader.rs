@@ -38,17 +38,28 @@ impl Pin {
     /// found in this namespace under its name (another `dlmopen` namespace, a name that no
     /// longer resolves), or when the name finds an object at another base address.
     pub fn object(obj: &LoadedObject) -> Option<Pin> {
+        Pin::named(obj.base, &obj.name, obj.position == 0)
+    }
+
+    /// [`Pin::object`] for the object at load bias `base` with the recorded path `name`;
+    /// `main`: the main program, whose recorded path is empty (it is opened as `dlopen(NULL)`).
+    pub fn named(base: usize, name: &str, main: bool) -> Option<Pin> {
         PINNED_BY_NAME.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let handle = if obj.position == 0 && obj.name.is_empty() {
+        let handle = if main && name.is_empty() {
             dl::open_loaded(None)?
         } else {
-            dl::open_loaded(Some(&CString::new(obj.name.as_bytes()).ok()?))?
+            dl::open_loaded(Some(&CString::new(name.as_bytes()).ok()?))?
         };
         let pin = Pin {
             handle,
             owned: true,
         };
-        (pin.base() == Some(obj.base)).then_some(pin)
+        (pin.base() == Some(base)).then_some(pin)
+    }
+
+    /// The loader's handle, for a lookup the pin's holder makes itself; live while the pin is.
+    pub fn handle(&self) -> *mut c_void {
+        self.handle
     }
 
     /// Use a handle the caller holds open (the one `dlopen` just returned to our interposer)

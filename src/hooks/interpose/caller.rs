@@ -98,10 +98,18 @@ pub fn next_definition(caller: usize, symbol: &CStr, version: Option<&CStr>) -> 
     None
 }
 
-/// The caller's own handle (its link map), for lookups in the caller's scope; `None` for our own
-/// object.
-pub fn handle_of(caller: usize) -> Option<*mut c_void> {
+/// The caller's object pinned by name, for lookups in its own dependency list; `None` for our
+/// own object, and for one its name does not find (another `dlmopen` namespace). Never its bare
+/// link map: glibc builds an object's own dependency list only when the object itself is
+/// opened, so a dependency nobody opened by name has none, and `dlsym` on its link map faults
+/// inside the loader (PyTorch's `libc10.so` did, under the twenty-first session's loader change).
+pub fn pinned(caller: usize) -> Option<Pin> {
     let map = dl::link_map_containing(caller)?;
-    let own = dl::link_map_containing(handle_of as *const () as usize)?;
-    (map != own).then_some(map.cast())
+    let own = dl::link_map_containing(pinned as *const () as usize)?;
+    if map == own {
+        return None;
+    }
+    // SAFETY: the caller is running code of this object, so it stays loaded while it is read.
+    let (base, name) = unsafe { dl::map_base_and_name(map) };
+    Pin::named(base, &name, true)
 }

@@ -50,23 +50,26 @@ pub(super) fn lookup_as_caller(
     };
     guarded(
         || {
+            let real = if version.is_null() {
+                real_dlsym as usize
+            } else {
+                real_dlvsym as usize
+            };
             let mut found = if handle == libc::RTLD_NEXT && !symbol.is_null() {
-                let real = if version.is_null() {
-                    real_dlsym as usize
-                } else {
-                    real_dlvsym as usize
-                };
                 as_caller::lookup(real, handle, symbol, version, caller)
                     .unwrap_or_else(|| next_as_caller(symbol, version, caller, &plain))
             } else {
                 plain(handle)
             };
-            // RTLD_DEFAULT searches the caller's scope: the global scope, then the caller's own
-            // dependencies (a library loaded RTLD_LOCAL finds its own dependencies' symbols).
-            if found.is_null() && handle == libc::RTLD_DEFAULT {
-                if let Some(own) = caller::handle_of(caller) {
-                    found = plain(own);
-                }
+            // RTLD_DEFAULT searches the caller's scope: the global scope (asked from our object
+            // above), then, for a library opened RTLD_LOCAL, the group it was loaded with. Only
+            // a miss pays for the second part: entered as the caller, the loader answers
+            // exactly; where it cannot be (not x86_64, a shadow stack), the caller's own
+            // dependency list stands in for its group.
+            if found.is_null() && handle == libc::RTLD_DEFAULT && !symbol.is_null() {
+                found = as_caller::lookup(real, handle, symbol, version, caller)
+                    .or_else(|| caller::pinned(caller).map(|own| plain(own.handle())))
+                    .unwrap_or(found);
             }
             substitute(found as usize) as *mut c_void
         },
