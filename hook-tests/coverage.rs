@@ -476,6 +476,26 @@ fn graph_allocation_node_on_a_peer_device() {
     ]);
 }
 
+/// A stream-ordered allocation belongs to its stream's context and device, whichever context
+/// is current (none: CUDA 13's runtime leaves none current on the threads it serves; before,
+/// such allocations were registered on device -1 with no context, and asking the driver for
+/// the missing context's device cost PyTorch a few microseconds per allocation on the H200).
+#[test]
+fn stream_ordered_allocations_take_their_streams_device() {
+    run_fixture(
+        "app_cov_drv_lazy",
+        &["stream_device"],
+        &[("FAKECUDA_DEVICES", "2")],
+    )
+    .assert_passed(&[
+        "stream_device_installed",
+        "stream_device_no_context_current",
+        "stream_device_other_context_current",
+        "stream_device_default_stream",
+        "stream_device_own_context_current",
+    ]);
+}
+
 /// Branch protection (aarch64): every driver-app path of the matrix again, with the app and the
 /// fake driver built with BTI + PAC and BTI-marked, so their pages are guarded (hook-tests/bti.rs
 /// proves the guard is enforced here). The hooks call the driver through pointers: its entry

@@ -33,6 +33,13 @@ EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
     return 0;
 }
 
+EXPORT CUresult cuStreamGetCtx(CUstream stream, CUcontext *pctx)
+{
+    (void)stream;
+    *pctx = &g_ctx;
+    return 0;
+}
+
 EXPORT CUresult cuCtxGetDevice(CUdevice *dev)
 {
     *dev = 0;

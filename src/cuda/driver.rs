@@ -7,6 +7,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::abi::{CUcontext, CUdevice, CUresult};
 use super::resolve;
@@ -18,6 +19,12 @@ pub(crate) type CtxGetCurrent = unsafe extern "C" fn(*mut CUcontext) -> CUresult
 pub(crate) type CtxSetCurrent = unsafe extern "C" fn(CUcontext) -> CUresult;
 /// `CUresult cuCtxGetDevice(CUdevice *device)`.
 pub(crate) type CtxGetDevice = unsafe extern "C" fn(*mut CUdevice) -> CUresult;
+/// `CUresult cuCtxPushCurrent(CUcontext ctx)`.
+pub(crate) type CtxPushCurrent = unsafe extern "C" fn(CUcontext) -> CUresult;
+/// `CUresult cuCtxPopCurrent(CUcontext *pctx)`.
+pub(crate) type CtxPopCurrent = unsafe extern "C" fn(*mut CUcontext) -> CUresult;
+/// `CUresult cuStreamGetCtx(CUstream stream, CUcontext *pctx)`.
+pub(crate) type StreamGetCtx = unsafe extern "C" fn(usize, *mut CUcontext) -> CUresult;
 /// `CUresult cuPointerGetAttributes(unsigned n, CUpointer_attribute *attributes, void **data,
 /// CUdeviceptr ptr)` (a C enum is 4 bytes).
 pub(crate) type PointerGetAttributes =
@@ -46,6 +53,9 @@ pub(crate) type GetGlobal =
 pub(crate) struct DriverFn<F> {
     name: &'static CStr,
     function: TypedFn<F>,
+    /// The driver was asked and has no such function: not asked again (a hook that calls an
+    /// optional function would otherwise look it up on every call).
+    missing: AtomicBool,
 }
 
 impl<F: Copy> DriverFn<F> {
@@ -53,6 +63,7 @@ impl<F: Copy> DriverFn<F> {
         DriverFn {
             name,
             function: TypedFn::unknown(),
+            missing: AtomicBool::new(false),
         }
     }
 
@@ -60,7 +71,8 @@ impl<F: Copy> DriverFn<F> {
     #[inline]
     pub(crate) fn get(&self) -> Option<F> {
         let address = match self.function.address() {
-            0 => look_up(self.name, &self.function),
+            0 if self.missing.load(Ordering::Relaxed) => return None,
+            0 => look_up(self.name, &self.function, &self.missing),
             a => a,
         };
         // SAFETY: `address` is 0 or was published for this entry, whose signature is `F`.
@@ -75,10 +87,16 @@ impl<F: Copy> DriverFn<F> {
     }
 }
 
-/// Looks `name` up in the driver object and keeps what was found in `function`.
+/// Looks `name` up in the driver object and keeps what was found in `function`, or notes in
+/// `missing` that a loaded driver has no such function.
 #[cold]
-fn look_up<F: Copy>(name: &CStr, function: &TypedFn<F>) -> usize {
-    let address = resolve::resolve(name);
+fn look_up<F: Copy>(name: &CStr, function: &TypedFn<F>, missing: &AtomicBool) -> usize {
+    let mut found = [0usize];
+    let loaded = resolve::resolve_all(&[name], &mut found);
+    let address = found[0];
+    if loaded && address == 0 {
+        missing.store(true, Ordering::Relaxed);
+    }
     if address != 0 {
         // SAFETY: what `dlsym` returned for this function's name in the pinned driver object;
         // the table below pairs each name with its signature `F`.
@@ -121,6 +139,10 @@ impl<F: Copy + Sync> Resolvable for DriverFn<F> {
 pub(crate) static CTX_GET_CURRENT: DriverFn<CtxGetCurrent> = DriverFn::new(c"cuCtxGetCurrent");
 pub(crate) static CTX_SET_CURRENT: DriverFn<CtxSetCurrent> = DriverFn::new(c"cuCtxSetCurrent");
 pub(crate) static CTX_GET_DEVICE: DriverFn<CtxGetDevice> = DriverFn::new(c"cuCtxGetDevice");
+pub(crate) static CTX_PUSH_CURRENT: DriverFn<CtxPushCurrent> =
+    DriverFn::new(c"cuCtxPushCurrent_v2");
+pub(crate) static CTX_POP_CURRENT: DriverFn<CtxPopCurrent> = DriverFn::new(c"cuCtxPopCurrent_v2");
+pub(crate) static STREAM_GET_CTX: DriverFn<StreamGetCtx> = DriverFn::new(c"cuStreamGetCtx");
 pub(crate) static POINTER_GET_ATTRIBUTES: DriverFn<PointerGetAttributes> =
     DriverFn::new(c"cuPointerGetAttributes");
 pub(crate) static MEM_GET_ADDRESS_RANGE: DriverFn<MemGetAddressRange> =

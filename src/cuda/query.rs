@@ -83,7 +83,46 @@ pub fn contexts_changed() {
     }
 }
 
-/// The device of context `ctx` (the current one), cached.
+/// The context and device of a stream-ordered allocation made on `stream`: the stream's own
+/// (its memory comes from the pool of the stream's device, whichever context is current; and
+/// CUDA 13's runtime leaves no context current on the threads it serves, where asking the
+/// current context's device failed on every allocation, a few microseconds each on the H200
+/// since the driver formats a log line for each failure), or for the default streams (0,
+/// `CU_STREAM_LEGACY`, `CU_STREAM_PER_THREAD`) the current context's.
+#[inline(always)]
+pub fn context_of_stream(stream: usize) -> (CUcontext, c_int) {
+    let ctx = if stream > CU_STREAM_PER_THREAD {
+        stream_context(stream)
+    } else {
+        std::ptr::null_mut()
+    };
+    let ctx = if ctx.is_null() {
+        current_context()
+    } else {
+        ctx
+    };
+    (ctx, device_of(ctx))
+}
+
+/// The context `stream` belongs to (null: the driver could not say).
+#[inline]
+fn stream_context(stream: usize) -> CUcontext {
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    if let Some(f) = driver::STREAM_GET_CTX.get() {
+        // SAFETY: the driver's `cuStreamGetCtx` (the table's type), with the stream the
+        // allocation just succeeded on and an out-pointer to a local.
+        if unsafe { f(stream, &mut ctx) } != CUDA_SUCCESS {
+            ctx = std::ptr::null_mut();
+        }
+    }
+    ctx
+}
+
+/// The largest special stream handle (`CU_STREAM_LEGACY` is 1): the default streams, which
+/// stand for the current context's.
+const CU_STREAM_PER_THREAD: usize = 2;
+
+/// The device of context `ctx` (current or not; null: -1), cached.
 #[inline]
 pub fn device_of(ctx: CUcontext) -> c_int {
     let key = ctx as u64;
@@ -101,10 +140,38 @@ pub fn device_of(ctx: CUcontext) -> c_int {
 /// devices small; anything else is not cached.
 #[cold]
 fn device_miss(key: u64, generation: u64, slot: &AtomicU64) -> c_int {
-    let dev = current_device();
+    let dev = device_asked(key as CUcontext);
     if key != 0 && key >> 48 == 0 && (0..=0xff).contains(&dev) {
         slot.store(key << 16 | generation << 8 | dev as u64, Ordering::Relaxed);
     }
+    dev
+}
+
+/// The device of context `ctx`, asked from the driver: -1 for no context (asking could only fail),
+/// and for a context that is not current, asked with it pushed for the moment.
+fn device_asked(ctx: CUcontext) -> c_int {
+    if ctx.is_null() {
+        return -1;
+    }
+    if current_context() == ctx {
+        return current_device();
+    }
+    let (Some(push), Some(pop)) = (
+        driver::CTX_PUSH_CURRENT.get(),
+        driver::CTX_POP_CURRENT.get(),
+    ) else {
+        return -1;
+    };
+    // SAFETY: the driver's `cuCtxPushCurrent` with a context it handed out (a stream's, or the
+    // current one), popped again below.
+    if unsafe { push(ctx) } != CUDA_SUCCESS {
+        return -1;
+    }
+    let dev = current_device();
+    let mut popped: CUcontext = std::ptr::null_mut();
+    // SAFETY: the driver's `cuCtxPopCurrent` with an out-pointer to a local; it pops what was
+    // pushed just above.
+    unsafe { pop(&mut popped) };
     dev
 }
 

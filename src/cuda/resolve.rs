@@ -54,10 +54,3 @@ pub(super) fn resolve_all(names: &[&CStr], out: &mut [usize]) -> bool {
     }
     !object.is_null()
 }
-
-/// The address of driver function `name` (0 while no driver is loaded, or it has none).
-pub(super) fn resolve(name: &CStr) -> usize {
-    let mut out = [0usize];
-    resolve_all(&[name], &mut out);
-    out[0]
-}

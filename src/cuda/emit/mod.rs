@@ -155,10 +155,7 @@ fn announce(
     // A measurement build (`--cfg cuhook_diag="no_context"`, docs/performance.md) leaves the
     // context query out, to tell its cost apart on the real driver.
     #[cfg(not(cuhook_diag = "no_context"))]
-    let (ctx, device) = {
-        let ctx = query::current_context();
-        (ctx, query::device_of(ctx))
-    };
+    let (ctx, device) = query::context_of_stream(stream);
     #[cfg(cuhook_diag = "no_context")]
     let (ctx, device) = (std::ptr::null_mut::<std::ffi::c_void>(), -1);
     let a = Allocation {
