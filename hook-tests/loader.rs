@@ -938,7 +938,21 @@ fn rtld_default_from_a_dependency_answers_as_the_loader() {
             before.pinned_by_name,
             "the dependency must not have been opened by name for this test"
         );
-        let hooked: Vec<usize> = names.iter().map(|n| lookup(n.as_ptr()) as usize).collect();
+        let hooked: Vec<usize> = names
+            .iter()
+            .map(|n| {
+                let found = lookup(n.as_ptr()) as usize;
+                (found, libc::dlerror().is_null())
+            })
+            .map(|(found, no_error)| {
+                assert_eq!(
+                    found == 0,
+                    !no_error,
+                    "dlerror must tell a miss, and only a miss"
+                );
+                found
+            })
+            .collect();
         assert_eq!(hooked[0], 0, "found a symbol defined nowhere");
         assert_eq!(hooked[1], plain[1], "its own dependency's symbol");
         assert_eq!(

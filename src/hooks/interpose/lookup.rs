@@ -67,9 +67,19 @@ pub(super) fn lookup_as_caller(
             // exactly; where it cannot be (not x86_64, a shadow stack), the caller's own
             // dependency list stands in for its group.
             if found.is_null() && handle == libc::RTLD_DEFAULT && !symbol.is_null() {
-                found = as_caller::lookup(real, handle, symbol, version, caller)
-                    .or_else(|| caller::pinned(caller).map(|own| plain(own.handle())))
-                    .unwrap_or(found);
+                found = match as_caller::lookup(real, handle, symbol, version, caller) {
+                    Some(exact) => exact,
+                    None => match caller::pinned(caller).map(|own| plain(own.handle())) {
+                        Some(in_own) if !in_own.is_null() => in_own,
+                        // Closing the pin cleared the loader's message: fail once more, so
+                        // that `dlerror` tells the caller why.
+                        _ => plain(handle),
+                    },
+                };
+                if !found.is_null() {
+                    // Found after all: the global scope's miss leaves no message behind.
+                    crate::sys::dl::clear_error();
+                }
             }
             substitute(found as usize) as *mut c_void
         },
