@@ -237,8 +237,9 @@ fn one_new_object_is_handled_without_a_walk() {
         // hook is live: the direct write's condition), and the process made big enough that
         // proving a dependency is in the opened library's scope costs less than a walk (a few
         // dozen copies of libplugin.so, each a distinct object to the loader).
-        // The group path is off by default (it crashed PyTorch on the H200, cause not found):
-        // such a library then takes a whole sync, and is patched all the same.
+        // With the group path turned off, such a library takes a whole sync, and is patched
+        // all the same.
+        cuhook::hooks::set_group_dlopen(false);
         let leaf = open(path("libgroup_leaf.so").as_ptr(), libc::RTLD_NOW);
         assert!(!leaf.is_null());
         let off = cuhook::hooks::diagnostics();
@@ -828,6 +829,9 @@ fn whole_syncs_recognise_a_library_whose_path_is_not_utf8() {
         let open: Open = std::mem::transmute(libc::dlsym(caller, c"dlcaller_open".as_ptr()));
         let close: Close = std::mem::transmute(libc::dlsym(caller, c"dlcaller_close".as_ptr()));
         let set = common::one_hook_set("odd", "target_add", add as *const () as usize, &REAL_ADD);
+        // The whole sync is what this test is about: the group path would handle the
+        // dependency's `dlopen` without one.
+        cuhook::hooks::set_group_dlopen(false);
         let installed = cuhook::hooks::install(&set).unwrap();
         let odd_slots = || {
             cuhook::hooks::patched_slots()

@@ -1,10 +1,11 @@
 //! Whether a `dlopen` that adds several objects (a library with new dependencies) is handled
 //! from the object it opened (`engine/opened.rs`, the group path) or by a whole sync.
 //!
-//! Off unless asked for (`CUHOOK_GROUP_DLOPEN=1`, or [`set_group_dlopen`]): on the H200 a
-//! library with the group path on crashed PyTorch (a segmentation fault at its first CUDA
-//! work; CuPy and JAX ran) in the eighteenth and nineteenth sessions, and the cause is not yet
-//! found (docs/gpu-results.md). The whole sync is the path every real client has run with.
+//! On unless turned off (`CUHOOK_GROUP_DLOPEN=0`, or [`set_group_dlopen`]). It was off from the
+//! nineteenth to the twenty-second session: with it, PyTorch crashed on the H200. The cause was
+//! our `dlsym` interposer, not this path: a `RTLD_DEFAULT` miss retried on the caller's bare
+//! link map, which has no dependency list of its own unless the object was opened by name, as
+//! every object was when a whole sync pinned it (docs/gpu-results.md, twenty-second session).
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -21,7 +22,7 @@ pub fn set_group_dlopen(on: bool) {
 pub fn group_dlopen() -> bool {
     match GROUP_DLOPEN.load(Ordering::Relaxed) {
         0 => {
-            let on = crate::sys::process::env_flag("CUHOOK_GROUP_DLOPEN");
+            let on = crate::sys::process::env_flag_or("CUHOOK_GROUP_DLOPEN", true);
             // A concurrent `set_group_dlopen` wins over the environment.
             let _ = GROUP_DLOPEN.compare_exchange(
                 0,

@@ -33,8 +33,8 @@ pub struct Config {
     /// `CUHOOK_STACKS=N` (1..=64): record N frames of each allocation's call stack; 0 (the
     /// default) records none.
     pub stacks: usize,
-    /// `CUHOOK_GROUP_DLOPEN=1`: handle a `dlopen` that brings new dependencies from the object
-    /// it opened instead of a whole sync (off by default: `crate::hooks::group_dlopen`).
+    /// `CUHOOK_GROUP_DLOPEN=0`: handle a `dlopen` that brings new dependencies by a whole sync
+    /// instead of from the object it opened (on by default: `crate::hooks::group_dlopen`).
     pub group_dlopen: bool,
     /// `CUHOOK_STACKS_MAX=N`: unique stacks kept (default
     /// [`crate::stacks::DEFAULT_CAPACITY`]); allocations from further ones count as "other".
@@ -51,7 +51,7 @@ impl Default for Config {
             exclude: Vec::new(),
             managed_scan: crate::cuda::ManagedScan::All,
             stacks: 0,
-            group_dlopen: false,
+            group_dlopen: true,
             stacks_max: crate::stacks::DEFAULT_CAPACITY,
         }
     }

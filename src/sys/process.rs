@@ -36,9 +36,13 @@ pub(crate) fn parse_flag(value: &str) -> Option<bool> {
     }
 }
 
-/// The yes/no environment variable `name` ([`parse_flag`]); false when it is unset or not a
-/// flag, and in secure execution (whose environment is not to be trusted).
-pub(crate) fn env_flag(name: &str) -> bool {
-    !secure_execution()
-        && std::env::var_os(name).is_some_and(|v| v.to_str().and_then(parse_flag) == Some(true))
+/// The yes/no environment variable `name` ([`parse_flag`]); `default` when it is unset or not
+/// a flag, and in secure execution (whose environment is not to be trusted).
+pub(crate) fn env_flag_or(name: &str, default: bool) -> bool {
+    if secure_execution() {
+        return default;
+    }
+    std::env::var_os(name)
+        .and_then(|v| v.to_str().and_then(parse_flag))
+        .unwrap_or(default)
 }

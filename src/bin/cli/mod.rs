@@ -59,8 +59,8 @@ Environment (also honoured by libcuhook.so under LD_PRELOAD):
   CUHOOK_EXCLUDE=A,B        never patch objects whose path contains A or B
   CUHOOK_SCAN_MANAGED=all|stored|off
                             loaded device code read for __managed__ variables
-  CUHOOK_GROUP_DLOPEN=1     handle a dlopen that brings new dependencies without a
-                            whole sync (experimental: it crashed PyTorch on an H200)
+  CUHOOK_GROUP_DLOPEN=0     handle a dlopen that brings new dependencies by a walk of
+                            every loaded object (default 1: from the library it opened)
   CUHOOK_LIB=PATH           the libcuhook.so `cuhook run` and `cuhook demo` preload
 ";
 

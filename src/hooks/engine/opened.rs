@@ -63,8 +63,8 @@ impl State {
                             _ => 0,
                         };
                     }
-                    // Several: a whole sync, unless the group path is on (it is off by default:
-                    // `hooks::group_dlopen`), which finds and indexes nothing else first.
+                    // Several: the group path (on unless turned off: `hooks::group_dlopen`),
+                    // which finds and indexes nothing else first, or else a whole sync.
                     if !crate::hooks::group_dlopen() {
                         return self.sync_until_stable();
                     }
