@@ -561,6 +561,28 @@ fn a_later_library_defining_a_hooked_function_gives_its_original() {
     }
 }
 
+/// Loads `libtarget.so` (global) and the 80 `libmany_NN.so` plugins (local, each importing
+/// `target_add`): more new objects than a sync pins by name before it reads them inside walks.
+/// Returns the plugins' handles (never closed).
+///
+/// # Safety
+/// Runs the fixture libraries' constructors.
+unsafe fn open_many_plugins() -> Vec<*mut std::ffi::c_void> {
+    let target = common::fixture_path("libtarget.so");
+    // SAFETY: fixture libraries built by build.rs (the caller's promise about constructors).
+    unsafe {
+        assert!(!libc::dlopen(target.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL).is_null());
+        (0..80)
+            .map(|k| {
+                let p = common::fixture_path(&format!("libmany_{k:02}.so"));
+                let h = libc::dlopen(p.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+                assert!(!h.is_null(), "libmany_{k:02}.so");
+                h
+            })
+            .collect()
+    }
+}
+
 /// An install into many objects and the uninstall that follows touch the objects from inside
 /// walks of the loader's list, never by pinning each by name (a `dlopen` with `RTLD_NOLOAD`
 /// per object, which makes glibc compare the name with every loaded object: O(N²) for N
@@ -595,12 +617,7 @@ fn install_and_uninstall_never_pin_objects_by_name() {
     let mut calls = Vec::new();
     // SAFETY: fixture libraries built by build.rs; symbols looked up with their C types.
     unsafe {
-        let target = common::fixture_path("libtarget.so");
-        assert!(!libc::dlopen(target.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL).is_null());
-        for k in 0..80 {
-            let p = common::fixture_path(&format!("libmany_{k:02}.so"));
-            let h = libc::dlopen(p.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
-            assert!(!h.is_null(), "libmany_{k:02}.so");
+        for h in open_many_plugins() {
             let f = libc::dlsym(h, c"many_call".as_ptr());
             assert!(!f.is_null());
             calls.push(std::mem::transmute::<*mut libc::c_void, Call>(f));
@@ -945,12 +962,7 @@ fn rtld_default_from_a_dependency_answers_as_the_loader() {
     // SAFETY: fixture libraries built by build.rs, kept loaded; symbols looked up with their C
     // types.
     unsafe {
-        let target = common::fixture_path("libtarget.so");
-        assert!(!libc::dlopen(target.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL).is_null());
-        for k in 0..80 {
-            let p = common::fixture_path(&format!("libmany_{k:02}.so"));
-            assert!(!libc::dlopen(p.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL).is_null());
-        }
+        open_many_plugins();
         let top = common::fixture_path("libscope_top.so");
         let top = libc::dlopen(top.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
         assert!(!top.is_null());
