@@ -38,14 +38,15 @@ impl Pin {
     /// found in this namespace under its name (another `dlmopen` namespace, a name that no
     /// longer resolves), or when the name finds an object at another base address.
     pub fn object(obj: &LoadedObject) -> Option<Pin> {
-        Pin::named(obj.base, &obj.name, obj.position == 0)
+        Pin::named(obj.base, &obj.name)
     }
 
-    /// [`Pin::object`] for the object at load bias `base` with the recorded path `name`;
-    /// `main`: the main program, whose recorded path is empty (it is opened as `dlopen(NULL)`).
-    pub fn named(base: usize, name: &str, main: bool) -> Option<Pin> {
+    /// [`Pin::object`] for the object at load bias `base` with the recorded path `name` (empty
+    /// for the main program, which is opened as `dlopen(NULL)`; the base check tells any other
+    /// object apart).
+    pub fn named(base: usize, name: &str) -> Option<Pin> {
         PINNED_BY_NAME.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let handle = if main && name.is_empty() {
+        let handle = if name.is_empty() {
             dl::open_loaded(None)?
         } else {
             dl::open_loaded(Some(&CString::new(name.as_bytes()).ok()?))?

@@ -12,8 +12,9 @@
 //! returns to the continuation with the stack exactly as it was. The `ret` byte is searched in
 //! the page that holds the caller's return address, which is mapped and executable (the caller
 //! is running it), and only in the part the caller's own segment covers when the loader mapped
-//! that segment readable (its program header; the kernel is asked where glibc cannot say). Not used while a shadow stack is
-//! active (the returns would not match it): then the caller gets the emulation in `caller.rs`.
+//! that segment readable (its program header; the kernel is asked where glibc cannot say). Not
+//! used while a shadow stack is active (the returns would not match it): then the caller gets
+//! the emulation in `caller.rs`.
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_void};
@@ -43,12 +44,12 @@ unsafe extern "C" fn call_through(
 #[cfg(target_arch = "x86_64")]
 fn ret_in_caller(caller: usize) -> Option<usize> {
     let page = region::page::size().max(4096);
-    let (lo, hi) = match code_around(caller, page) {
-        Some(found) => found?,
-        None => code_page_asked(caller, page)?,
+    let Some(code) = code_around(caller, page) else {
+        return ret_in_page_asked(caller, page);
     };
-    // SAFETY: `[lo, hi)` is mapped readable (checked by `code_around` or `code_page_asked`;
-    // the caller runs in it and cannot be unmapped while it waits for us).
+    let (lo, hi) = code?;
+    // SAFETY: `[lo, hi)` lies in the caller's segment, mapped readable (checked by
+    // `code_around`; the caller runs in it and cannot be unmapped while it waits for us).
     let bytes = unsafe { std::slice::from_raw_parts(lo as *const u8, hi - lo) };
     memchr::memchr(0xC3, bytes).map(|i| lo + i)
 }
@@ -80,10 +81,10 @@ fn code_around(caller: usize, page: usize) -> Option<Option<(usize, usize)>> {
     }))
 }
 
-/// `caller`'s whole page, when the kernel says it is readable and executable and every `ret`
-/// found in it is checked to lie in the caller's object (the fallback of [`code_around`]).
+/// A `ret` in `caller`'s page, when the kernel says the page is readable and executable, checked
+/// to lie in the caller's object (where [`code_around`] cannot tell).
 #[cfg(target_arch = "x86_64")]
-fn code_page_asked(caller: usize, page: usize) -> Option<(usize, usize)> {
+fn ret_in_page_asked(caller: usize, page: usize) -> Option<usize> {
     use crate::patch::ProtectionMap;
     let start = caller & !(page - 1);
     let map = ProtectionMap::for_addresses(std::iter::once(start)).ok()?;
@@ -97,10 +98,9 @@ fn code_page_asked(caller: usize, page: usize) -> Option<(usize, usize)> {
     // SAFETY: the whole page is mapped readable (checked just above).
     let bytes = unsafe { std::slice::from_raw_parts(start as *const u8, page) };
     let own = super::caller::object_of(caller)?;
-    let first = memchr::memchr_iter(0xC3, bytes)
+    memchr::memchr_iter(0xC3, bytes)
         .map(|i| start + i)
-        .find(|&at| super::caller::object_of(at) == Some(own))?;
-    Some((first, first + 1))
+        .find(|&at| super::caller::object_of(at) == Some(own))
 }
 
 /// The real lookup as glibc would answer it for `caller`; `None` when it cannot be entered that

@@ -111,5 +111,5 @@ pub fn pinned(caller: usize) -> Option<Pin> {
     }
     // SAFETY: the caller is running code of this object, so it stays loaded while it is read.
     let (base, name) = unsafe { dl::map_base_and_name(map) };
-    Pin::named(base, &name, true)
+    Pin::named(base, &name)
 }
