@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The loader's group path (CUHOOK_GROUP_DLOPEN) against PyTorch, which it crashed on the H200
-# (docs/gpu-results.md, nineteenth session): torch_check.py (both allocator backends) and a
+# (docs/gpu-results.md, nineteenth session; the cause, the dlsym interposer, fixed in the
+# twenty-second; kept as a check of both paths): torch_check.py (both allocator backends) and a
 # training loop (torch_train.py, cuBLAS loaded lazily), preloaded, with the path off and on.
 # Each run prints its exit status; a crash leaves a core file in OUTDIR, and with gdb present
 # its backtrace is printed (which hook, original or loader step faulted); without gdb (the
