@@ -124,6 +124,28 @@ fn a_first_install_into_many_objects_survives_concurrent_dlclose() {
         .assert_passed(&["first_install_churn_no_crash", "first_install_churn_hooked"]);
 }
 
+/// Nothing read inside a walk of the loader's list (a first install into more than 64 new
+/// objects, a `dlopen` with new dependencies, its `dlclose`, the uninstall) makes a dynamic
+/// thread-local access: one there deadlocks against a concurrent `dlclose` whenever a library
+/// with thread-locals came or went meanwhile (`__tls_get_addr`'s slow path takes the loader's TLS
+/// lock, which that `dlclose` holds while it waits for the walk's list lock). Seen before the fix
+/// as a hang in 5 of 400 exit-report runs; the preloaded `libtls_watch.so` sees every such access
+/// instead of the rare hang. x86_64 only: aarch64 reaches thread-locals through TLS descriptors,
+/// which a preloaded library cannot watch.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn nothing_inside_a_loader_walk_touches_dynamic_thread_locals() {
+    let shim = common::fixtures_dir().join("libtls_watch.so");
+    let shim = shim.to_str().unwrap();
+    run_fixture("app_dl", &["walk_tls"], &[("LD_PRELOAD", shim)]).assert_passed(&[
+        "walk_tls_watching",
+        "walk_tls_many_hooked",
+        "walk_tls_group_hooked",
+        "walk_tls_group_path",
+        "walk_tls_none",
+    ]);
+}
+
 /// Issue 12 items 7 and 8: `RTLD_NEXT` from libraries opened with `dlopen` gives glibc's own
 /// answer and `dlerror` text. x86_64 only: elsewhere the lookup is emulated (a documented limit).
 #[cfg(target_arch = "x86_64")]

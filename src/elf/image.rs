@@ -47,12 +47,20 @@ pub(crate) struct Image<'a> {
 }
 
 impl<'a> Image<'a> {
+    /// The object's image, confirmed by a query opened now (see [`MapsQuery::open`]).
     pub fn new(obj: &'a LoadedObject) -> Self {
+        Image::asking(obj, MapsQuery::open())
+    }
+
+    /// The object's image, confirmed by `kernel` (`None`: the declared segments count): for
+    /// readers inside walks of the loader's list, which must not open one (see
+    /// [`MapsQuery::share`]).
+    pub fn asking(obj: &'a LoadedObject, kernel: Option<MapsQuery>) -> Self {
         let mut img = Image {
             obj,
             declared: [(0, 0); CACHED],
             count: 0,
-            kernel: MapsQuery::open(),
+            kernel,
             confirmed: Default::default(),
             confirmed_count: Cell::new(0),
             last: Cell::new((usize::MAX, 0)),

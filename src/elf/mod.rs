@@ -27,6 +27,5 @@ pub use room::Full;
 pub use snapshot::{
     counters, listed_after, listing_unknown, snapshot, Listing, LoadCounters, Snapshot,
 };
-pub(crate) use symbols::exported_names;
 pub use symbols::{defines, defines_unversioned};
 pub use wanted::{gnu_hash, WantedNames};

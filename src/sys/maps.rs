@@ -129,11 +129,12 @@ fn refuse(errno: i32) {
     }
 }
 
-/// Where a [`MapsQuery`] asks: the span's descriptor, or one of its own (closed on drop).
+/// Where a [`MapsQuery`] asks: a descriptor another holder closes (the span's, or the query it
+/// was [shared](MapsQuery::share) from), or one of its own (closed on drop).
 #[derive(Debug)]
 enum Descriptor {
-    /// The span's (its number; the span closes it).
-    Span(std::os::fd::RawFd),
+    /// Its number; its holder closes it.
+    Borrowed(std::os::fd::RawFd),
     Own(OwnedFd),
 }
 
@@ -159,7 +160,7 @@ impl MapsQuery {
         if SPAN.with(Cell::get) == SPAN_OPEN {
             if let Some(fd) = SPAN_FD.with(|f| f.borrow().as_ref().map(Watched::raw)) {
                 return Some(MapsQuery {
-                    fd: Descriptor::Span(fd),
+                    fd: Descriptor::Borrowed(fd),
                 });
             }
             let fd = Self::open_fresh()?;
@@ -167,12 +168,28 @@ impl MapsQuery {
             let raw = watched.raw();
             SPAN_FD.with(|f| *f.borrow_mut() = Some(watched));
             return Some(MapsQuery {
-                fd: Descriptor::Span(raw),
+                fd: Descriptor::Borrowed(raw),
             });
         }
         Self::open_fresh().map(|fd| MapsQuery {
             fd: Descriptor::Own(fd),
         })
+    }
+
+    /// The same descriptor, for a reader that cannot open one itself: code inside a walk of
+    /// the loader's list, where [`MapsQuery::open`]'s thread-local (the span) must not be
+    /// touched (`__tls_get_addr` may take the loader's TLS lock there, against a `dlclose`
+    /// waiting for the walk's list lock). Ask it only while `self` lives: once `self` closed
+    /// the descriptor, the number may be another file's, and a query there fails (the object
+    /// is then treated as unreadable), never reads that file.
+    pub(crate) fn share(&self) -> MapsQuery {
+        let raw = match &self.fd {
+            Descriptor::Borrowed(fd) => *fd,
+            Descriptor::Own(fd) => fd.as_raw_fd(),
+        };
+        MapsQuery {
+            fd: Descriptor::Borrowed(raw),
+        }
     }
 
     /// Open `/proc/self/maps`; the first time, check that the kernel answers the query.
@@ -202,9 +219,10 @@ impl MapsQuery {
     /// nothing is mapped there).
     pub(crate) fn covering(&self, addr: usize) -> Result<(usize, usize, Protection), i32> {
         let fd = match &self.fd {
-            // SAFETY: the span's descriptor number; if the program closed or reused it, the
-            // ioctl fails (EBADF, ENOTTY) and nothing is read from another file.
-            Descriptor::Span(fd) => unsafe { BorrowedFd::borrow_raw(*fd) },
+            // SAFETY: the span's (or a shared query's) descriptor number; if the program
+            // closed or reused it, the ioctl fails (EBADF, ENOTTY) and nothing is read from
+            // another file.
+            Descriptor::Borrowed(fd) => unsafe { BorrowedFd::borrow_raw(*fd) },
             Descriptor::Own(fd) => fd.as_fd(),
         };
         covering(fd, addr)

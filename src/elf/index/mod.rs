@@ -12,9 +12,11 @@ use goblin::elf::reloc::{
 };
 
 use super::dynamic::BadTables;
+use super::image::Image;
 use super::loaded::LoadedObject;
 use super::room::Full;
 use super::wanted::WantedNames;
+use crate::sys::maps::MapsQuery;
 use crate::Result;
 use tables::index_tables;
 
@@ -119,6 +121,10 @@ pub struct IndexRoom {
     versions: Vec<(u16, u32)>,
     indexes: Vec<(u32, u32)>,
     fixed: bool,
+    /// A fixed room's mappings query, opened with the room: readers inside a walk of the
+    /// loader's list must not open one (see [`MapsQuery::share`]). `None` in a fixed room: the
+    /// kernel cannot answer, the declared segments count.
+    maps: Option<MapsQuery>,
 }
 
 /// Version records kept per object in a fixed room (real objects have a few dozen).
@@ -133,11 +139,13 @@ impl IndexRoom {
             versions: Vec::new(),
             indexes: Vec::new(),
             fixed: false,
+            maps: None,
         }
     }
 
     /// A room that never grows: `entries` slots and `arena` bytes of names in all, for a set of
-    /// `wanted` names.
+    /// `wanted` names. Everything a reader of objects needs inside a walk of the loader's list
+    /// is reserved here, before the walk: the storage, and the mappings query.
     pub fn fixed(entries: usize, arena: usize, wanted: usize) -> IndexRoom {
         IndexRoom {
             entries: Vec::with_capacity(entries),
@@ -146,7 +154,28 @@ impl IndexRoom {
             // A name may be defined under several versions.
             indexes: Vec::with_capacity(wanted * 4 + 64),
             fixed: true,
+            maps: MapsQuery::open(),
         }
+    }
+
+    /// A view of `object`'s memory for reading it into this room: in a fixed room, through the
+    /// room's query (nothing is opened, no thread-local touched); else a query opened now.
+    pub(crate) fn image<'o>(&self, object: &'o LoadedObject) -> Image<'o> {
+        if self.fixed {
+            Image::asking(object, self.maps.as_ref().map(MapsQuery::share))
+        } else {
+            Image::new(object)
+        }
+    }
+
+    /// A few names `object` exports, to `found` until it returns false (see
+    /// `symbols::exported_names`), read as [`IndexRoom::image`] reads.
+    pub(crate) fn exported_names(
+        &self,
+        object: &LoadedObject,
+        found: &mut dyn FnMut(&[u8]) -> bool,
+    ) {
+        super::symbols::exported_names(&self.image(object), found)
     }
 
     /// Nothing indexed into it yet (or since [`IndexRoom::clear`]).

@@ -38,12 +38,14 @@ pub(super) fn index_tables(
         entries: 0..0,
         arena: 0..0,
     };
+    let img = room.image(object);
     let IndexRoom {
         entries,
         arena,
         versions,
         indexes,
         fixed,
+        ..
     } = room;
     let fixed = *fixed;
     let finish = |part: Indexed, entries: &Vec<NamedSlot>, arena: &Vec<u8>| Indexed {
@@ -51,7 +53,6 @@ pub(super) fn index_tables(
         arena: 0..arena.len(),
         ..part
     };
-    let img = Image::new(object);
     let Some(tables) = DynamicTables::read_in(&img).map_err(IndexFailure::Bad)? else {
         return Ok(finish(part, entries, arena));
     };

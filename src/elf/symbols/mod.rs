@@ -94,14 +94,13 @@ const EXPORT_SEARCH: usize = 64;
 /// often one of many, such as a C++ template's), non-TLS functions and objects of the default
 /// version, defined in a section of the object. A `dlsym` through a handle whose scope holds
 /// `obj` finds such a name in it unless an object earlier in that scope defines the name too.
-/// Reads nothing but the object's own tables and allocates nothing (it runs inside loader
-/// walks).
-pub(crate) fn exported_names(obj: &LoadedObject, found: &mut dyn FnMut(&[u8]) -> bool) {
-    let img = Image::new(obj);
-    let Ok(Some(t)) = DynamicTables::read_in(&img) else {
+/// Reads nothing but the object's own tables through `img` and allocates nothing (it runs
+/// inside loader walks: see `IndexRoom::exported_names`).
+pub(crate) fn exported_names(img: &Image<'_>, found: &mut dyn FnMut(&[u8]) -> bool) {
+    let Ok(Some(t)) = DynamicTables::read_in(img) else {
         return;
     };
-    let Some(table) = t.gnu_hash.and_then(|at| GnuTable::read(&img, at)) else {
+    let Some(table) = t.gnu_hash.and_then(|at| GnuTable::read(img, at)) else {
         return;
     };
     if t.symtab == 0 {
@@ -109,7 +108,7 @@ pub(crate) fn exported_names(obj: &LoadedObject, found: &mut dyn FnMut(&[u8]) ->
     }
     let mut seen = 0;
     for b in 0..table.nbuckets as usize {
-        let Some(mut index) = table.bucket(&img, b) else {
+        let Some(mut index) = table.bucket(img, b) else {
             return;
         };
         if index == 0 || index < table.symoffset {
@@ -136,12 +135,12 @@ pub(crate) fn exported_names(obj: &LoadedObject, found: &mut dyn FnMut(&[u8]) ->
                 && sym.st_value != 0
                 && default_version
             {
-                let name = t.string(&img, sym.st_name as usize).unwrap_or_default();
+                let name = t.string(img, sym.st_name as usize).unwrap_or_default();
                 if !name.is_empty() && !found(name) {
                     return;
                 }
             }
-            match table.chain(&img, index) {
+            match table.chain(img, index) {
                 Some(word) if word & 1 == 0 => index = index.saturating_add(1),
                 _ => break,
             }

@@ -156,7 +156,7 @@ fn exported_names_are_the_objects_own_definitions() {
     let snap = snapshot();
     let libc = libc_in(&snap);
     let mut names = Vec::new();
-    exported_names(libc, &mut |n| {
+    exported_names(&Image::new(libc), &mut |n| {
         names.push(String::from_utf8(n.to_vec()).unwrap());
         names.len() < 4
     });
@@ -175,7 +175,7 @@ fn exported_names_are_the_objects_own_definitions() {
     }
     // The main program imports from libc but exports nothing of this kind through a GNU hash
     // table, or only its own names.
-    exported_names(&snap.objects[0], &mut |n| {
+    exported_names(&Image::new(&snap.objects[0]), &mut |n| {
         assert!(!names.iter().any(|x| x.as_bytes() == n), "{n:?} is libc's");
         true
     });

@@ -80,7 +80,7 @@ pub(crate) struct IndexedAfter {
     pub objects: Vec<(Arc<LoadedObject>, usize)>,
     /// Each one's index as [`index_listed`] gives it.
     pub indexes: Vec<Option<Result<ObjectIndex>>>,
-    /// A few names each exports (`elf::exported_names`): a `dlsym` of one through the opened
+    /// A few names each exports (`IndexRoom::exported_names`): a `dlsym` of one through the opened
     /// object's handle that lands in the object proves the object is in that handle's scope.
     pub exported: Vec<Vec<CString>>,
 }
@@ -117,7 +117,7 @@ pub(crate) unsafe fn index_after(
             if !exports {
                 return;
             }
-            crate::elf::exported_names(obj, &mut |name| {
+            room.exported_names(obj, &mut |name| {
                 // Within the capacities reserved above: nothing allocates.
                 if name.len() <= AFTER_EXPORT_BYTES {
                     spans.push((names.len(), name.len()));
