@@ -37,6 +37,9 @@ loader_tests! {
     libraries_with_new_dependencies_opened_by_two_threads: "group_churn",
         env ("CUHOOK_GROUP_DLOPEN", "1") => ["group_churn_correct",
         "group_churn_hooked", "group_churn_from_opened_object", "group_churn_forgotten"];
+    libraries_with_new_dependencies_opened_by_two_threads_default_path: "group_churn",
+        env ("CUHOOK_GROUP_DLOPEN", "0") => ["group_churn_correct",
+        "group_churn_hooked", "group_churn_from_opened_object", "group_churn_forgotten"];
 }
 
 /// Calls `f(a, b)` of a fixture library, asserts it returns `want`, and that it went through a
@@ -137,13 +140,21 @@ fn a_first_install_into_many_objects_survives_concurrent_dlclose() {
 fn nothing_inside_a_loader_walk_touches_dynamic_thread_locals() {
     let shim = common::fixtures_dir().join("libtls_watch.so");
     let shim = shim.to_str().unwrap();
-    run_fixture("app_dl", &["walk_tls"], &[("LD_PRELOAD", shim)]).assert_passed(&[
-        "walk_tls_watching",
-        "walk_tls_many_hooked",
-        "walk_tls_group_hooked",
-        "walk_tls_group_path",
-        "walk_tls_none",
-    ]);
+    // The group path, and with it off the whole sync.
+    for group in ["1", "0"] {
+        run_fixture(
+            "app_dl",
+            &["walk_tls"],
+            &[("LD_PRELOAD", shim), ("CUHOOK_GROUP_DLOPEN", group)],
+        )
+        .assert_passed(&[
+            "walk_tls_watching",
+            "walk_tls_many_hooked",
+            "walk_tls_group_hooked",
+            "walk_tls_group_path",
+            "walk_tls_none",
+        ]);
+    }
 }
 
 /// Issue 12 items 7 and 8: `RTLD_NEXT` from libraries opened with `dlopen` gives glibc's own
@@ -260,7 +271,8 @@ fn one_new_object_is_handled_without_a_walk() {
         // proving a dependency is in the opened library's scope costs less than a walk (a few
         // dozen copies of libplugin.so, each a distinct object to the loader).
         // With the group path turned off, such a library takes a whole sync, and is patched
-        // all the same.
+        // all the same; the sync remembers what arrived with it, so the dlclose that unloads
+        // both forgets them without another.
         cuhook::hooks::set_group_dlopen(false);
         let leaf = open(path("libgroup_leaf.so").as_ptr(), libc::RTLD_NOW);
         assert!(!leaf.is_null());
@@ -271,10 +283,36 @@ fn one_new_object_is_handled_without_a_walk() {
             slots_in("libdep.so") > 0,
             "group path off: dependency not patched"
         );
-        assert_eq!(close(h), 0);
         let synced = cuhook::hooks::diagnostics();
         assert_eq!(synced.group_scans, off.group_scans, "{synced}");
         assert!(synced.rescans > off.rescans, "no whole sync: {synced}");
+        assert_eq!(close(h), 0);
+        let closed = cuhook::hooks::diagnostics();
+        assert_eq!(
+            closed.rescans, synced.rescans,
+            "dlclose took a sync: {closed}"
+        );
+        assert_eq!(closed.group_scans, synced.group_scans + 1, "{closed}");
+        assert_eq!(slots_in("libdep.so"), 0, "dependency not forgotten");
+        assert_eq!(slots_in("libplugin_dep.so"), 0, "library not forgotten");
+        // The dependency held on its own: the library's dlclose unloads it alone (the quick
+        // path), and the dependency stays known and patched until its own dlclose.
+        let h = open(path("libplugin_dep.so").as_ptr(), libc::RTLD_NOW);
+        let dep = open(path("libdep.so").as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null() && !dep.is_null());
+        assert_eq!(close(h), 0);
+        assert!(
+            slots_in("libdep.so") > 0,
+            "group path off: the held dependency was forgotten"
+        );
+        let dep_call: Call = std::mem::transmute(libc::dlsym(dep, c"dep_call".as_ptr()));
+        assert_hooked_call(dep_call, (3, 4), 12, &CALLS, "held dependency");
+        assert_eq!(close(dep), 0);
+        assert_eq!(slots_in("libdep.so"), 0);
+        let held = cuhook::hooks::diagnostics();
+        assert_eq!(held.quick_scans, closed.quick_scans + 2, "{held}");
+        assert_eq!(held.rescans, closed.rescans + 1, "{held}");
+
         cuhook::hooks::set_group_dlopen(true);
         let copies = common::LibraryCopies::new("libplugin.so", 40);
         for copy in &copies.paths {

@@ -44,8 +44,9 @@ pub(super) struct Known {
     /// Left unindexed (excluded, or unreadable) although it may define a hooked function: while
     /// such an object is loaded, new objects' patches look for every missing original.
     hides: bool,
-    /// The link maps of the objects one `dlopen` of this one added with it (its new
-    /// dependencies), for the `dlclose` that removes them together; empty for most.
+    /// The link maps of the objects that arrived with this one in its `dlopen` (its new
+    /// dependencies, and anything another thread loaded meanwhile), for the `dlclose` that
+    /// removes them together (each confirmed gone before it is forgotten); empty for most.
     arrived_with: Box<[usize]>,
 }
 
@@ -131,7 +132,7 @@ pub(crate) fn install(set: &HookSet, loader_set: fn() -> HookSet) -> Result<u64>
     let dl_set = loader_set();
     st.want(&dl_set);
     st.want(set);
-    let (all, _) = st.sync(true, elf::counters());
+    let all = st.sync(true, elf::counters()).all;
     // The loader interposers come with the first set, so later dlopens get patched too. Both
     // sets are applied in one batch: each object is pinned once.
     let mut ids = Vec::with_capacity(2);

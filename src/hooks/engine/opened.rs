@@ -66,7 +66,7 @@ impl State {
                     // Several: the group path (on unless turned off: `hooks::group_dlopen`),
                     // which finds and indexes nothing else first, or else a whole sync.
                     if !crate::hooks::group_dlopen() {
-                        return self.sync_until_stable();
+                        return self.sync_whole_opened(link_map);
                     }
                     // The opened object was added first, its new dependencies after it, at the
                     // end of its namespace's list. When exactly `added - 1` new objects follow
@@ -104,6 +104,27 @@ impl State {
             }
         }
         self.sync_until_stable()
+    }
+
+    /// A `dlopen` that added several objects with the group path off: a whole sync, after which the
+    /// opened object (`link_map`) remembers the others that arrived in it, so that the `dlclose`
+    /// removing them together forgets them without another ([`State::sync_closed`]).
+    fn sync_whole_opened(&mut self, link_map: usize) -> usize {
+        let mut arrived = Vec::new();
+        let patched = self.sync_until_stable_noting(Some(&mut arrived));
+        if !arrived.contains(&link_map) {
+            return patched;
+        }
+        let base = self
+            .by_link_map
+            .as_ref()
+            .and_then(|m| m.get(&link_map))
+            .copied();
+        if let Some(k) = base.and_then(|b| self.known_by_link_map(b, link_map)) {
+            arrived.retain(|&m| m != 0 && m != link_map);
+            k.arrived_with = arrived.into_boxed_slice();
+        }
+        patched
     }
 
     /// The `dlopen` fast path for several new objects: `first` (opened through `pin`, whose

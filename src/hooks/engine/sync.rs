@@ -11,7 +11,7 @@ use crate::Result;
 
 use crate::hooks::batch::{self, Batch};
 use crate::hooks::diagnostics::{push_bounded, push_name_bounded};
-use crate::hooks::loader::Pin;
+use crate::hooks::loader::{object_at, Pin};
 use crate::hooks::resolver::matters;
 use crate::hooks::skip::{exclude_list, skip_reason, SkipReason};
 
@@ -28,6 +28,19 @@ pub(super) struct Synced {
     pub complete: bool,
     /// The loader's counters the list was read at.
     pub counters: elf::LoadCounters,
+    /// The link maps of every object new since the last sync, indexed or not (0 where glibc
+    /// has none registered yet).
+    pub arrived: Vec<usize>,
+}
+
+/// What [`State::sync`] did.
+pub(super) struct SyncDone {
+    /// Every known object's index, when asked for.
+    pub all: Vec<Arc<ObjectIndex>>,
+    /// Slots patched.
+    pub patched: usize,
+    /// As [`Synced::arrived`].
+    pub arrived: Vec<usize>,
 }
 
 /// What [`State::admit_new`] took in: the new objects' indexes, and the pins taken for them.
@@ -40,13 +53,22 @@ pub(super) struct Admitted {
 
 /// How [`State::admit_new`] reads new objects.
 pub(super) enum Reading {
-    /// Each pinned by name first (a few).
-    ByName,
-    /// From inside walks of the loader's list (`batch::index_listed`, no reference of our own):
-    /// many objects, where pinning each by name would cost O(N²).
+    /// From inside walks of the loader's list (`batch::index_listed`, no reference of our own;
+    /// those no walk vouches for are pinned by name).
     InWalks,
     /// Already indexed (`batch::index_after`); `None` entries are pinned by name.
     Indexed(Vec<Option<Result<ObjectIndex>>>),
+}
+
+/// The link map glibc has registered for `object` (it covers the object's first segment), or 0
+/// (not relocated yet, gone, or a glibc before 2.35).
+fn link_map_of(object: &LoadedObject) -> usize {
+    object
+        .segments()
+        .next()
+        .and_then(|(start, _, _)| object_at(start))
+        .flatten()
+        .unwrap_or(0)
 }
 
 /// Where among the known objects at `base` is the one the loader lists with the name bytes
@@ -58,10 +80,6 @@ fn known_at(known: &Option<HashMap<usize, KnownAt>>, base: usize, name: &[u8]) -
         .iter()
         .position(|k| k.object.is(base, name))
 }
-
-/// Up to this many new objects found by one sync are pinned by name before they are read; more
-/// are read from inside walks of the loader's list.
-const PIN_BEFORE_INDEX: usize = 64;
 
 impl State {
     /// The known object with this load bias and name.
@@ -191,11 +209,13 @@ impl State {
     /// that copies only what is new (`elf::listing_unknown`): the known objects are recognised
     /// inside it. Returns the synced counters too.
     ///
-    /// No new object is read unless something keeps it mapped. A few (after a `dlopen`)
-    /// are pinned by name first. Many (the first install into a big process) are read from
-    /// inside walks of the loader's list, under its lock, into storage reserved beforehand
-    /// (`batch::index_listed`): pinning each by name would cost O(N²). Those no walk could
-    /// vouch for are pinned by name, or left alone when they are gone.
+    /// No new object is read unless something keeps it mapped: they are read from inside
+    /// walks of the loader's list, under its lock, into storage reserved beforehand
+    /// (`batch::index_listed`), not pinned by name, which costs O(N) each (glibc compares the
+    /// name with every loaded one, and closing the pin of a dependency runs its unload pass
+    /// over every object): two pins were a third of a two-object `dlopen` at N = 1,000. Those
+    /// no walk could vouch for (not relocated yet, gone) are pinned by name, or left alone when
+    /// they are gone.
     ///
     /// `want_all`: fill [`Synced::all`] (an install patches every object; a sync after a loader
     /// call only the new ones, and the known objects are then merely recognised). `now`: the
@@ -260,16 +280,14 @@ impl State {
         for g in &gone {
             self.forget(g);
         }
-        let reading = if fresh.len() > PIN_BEFORE_INDEX {
-            Reading::InWalks
-        } else {
-            Reading::ByName
-        };
+        // Each new object's link map, where glibc has registered it (it is relocated): the
+        // `dlclose` that removes it can then be handled without a sync (`opened.rs`).
+        let arrived: Vec<usize> = fresh.iter().map(|o| link_map_of(o)).collect();
         let Admitted {
             new,
             pins,
             complete,
-        } = self.admit_new(fresh, &[], subs, reading);
+        } = self.admit_new(fresh, &arrived, subs, Reading::InWalks);
         all.extend(new.iter().cloned());
         Synced {
             all,
@@ -277,6 +295,7 @@ impl State {
             pins,
             complete,
             counters: listing.counters(),
+            arrived,
         }
     }
 
@@ -372,6 +391,15 @@ impl State {
 
     /// Patch objects loaded since the last sync until the loader's counters stop moving.
     pub(super) fn sync_until_stable(&mut self) -> usize {
+        self.sync_until_stable_noting(None)
+    }
+
+    /// [`Self::sync_until_stable`], adding the link maps of the objects that arrived meanwhile
+    /// to `arrived` (see [`Synced::arrived`]).
+    pub(super) fn sync_until_stable_noting(
+        &mut self,
+        mut arrived: Option<&mut Vec<usize>>,
+    ) -> usize {
         let mut patched = 0;
         for _ in 0..16 {
             let counters = elf::counters();
@@ -379,31 +407,36 @@ impl State {
                 break;
             }
             self.diag.rescans += 1;
-            patched += self.sync(false, counters).1;
+            let done = self.sync(false, counters);
+            patched += done.patched;
+            if let Some(a) = arrived.as_deref_mut() {
+                a.extend(done.arrived);
+            }
         }
         patched
     }
 
     /// Sync with the loader's list: unloaded objects are forgotten, new ones indexed and
     /// patched with every installed set. Returns every known object (only when `want_all`:
-    /// empty otherwise) and the number of slots patched. `now`: the loader's counters, just
-    /// read.
-    pub(super) fn sync(
-        &mut self,
-        want_all: bool,
-        now: elf::LoadCounters,
-    ) -> (Vec<Arc<ObjectIndex>>, usize) {
+    /// empty otherwise), the number of slots patched and what arrived. `now`: the loader's
+    /// counters, just read.
+    pub(super) fn sync(&mut self, want_all: bool, now: elf::LoadCounters) -> SyncDone {
         let Synced {
             all,
             new,
             pins,
             complete,
             counters,
+            arrived,
         } = self.sync_cache(want_all, now);
         self.last_counters = counters;
         // Nothing to apply before the first set is installed.
         if self.sets.is_empty() {
-            return (all, 0);
+            return SyncDone {
+                all,
+                patched: 0,
+                arrived,
+            };
         }
         let (new, pins): (Vec<_>, Vec<_>) = new
             .into_iter()
@@ -412,6 +445,10 @@ impl State {
             .unzip();
         let batch = Batch::with_pins(new, pins, self.last_counters.subs);
         let patched = self.patch_new(batch, complete);
-        (all, patched)
+        SyncDone {
+            all,
+            patched,
+            arrived,
+        }
     }
 }
