@@ -135,10 +135,11 @@ macro_rules! cuda_hooks {
                     // SAFETY: ORIGINAL holds the address of the real `$sym`, same signature.
                     let real = unsafe { crate::sys::func::fn_at::<unsafe extern "C" fn($($ty),*) -> $ret>(real) };
                     // Lookups are mapped at every depth (the runtime resolves the driver from
-                    // inside hooked calls), captures counted and loaded code read at every depth
-                    // (the runtime loads its libraries inside the hooked call that starts it);
-                    // only memory hooks need the outermost-call guard.
-                    let guard = if matches!(Group::$group, Group::Resolution | Group::DriverCapture | Group::DriverLoad) { None } else {
+                    // inside hooked calls), captures counted, stream destructions noted and
+                    // loaded code read at every depth (the runtime loads its libraries inside
+                    // the hooked call that starts it); only memory hooks need the
+                    // outermost-call guard.
+                    let guard = if matches!(Group::$group, Group::Resolution | Group::DriverCapture | Group::DriverLoad | Group::DriverStream) { None } else {
                         match HookGuard::enter(API) {
                             Some(g) => Some(g),
                             // SAFETY: the caller's own arguments, to the real function.
@@ -326,6 +327,14 @@ cuda_hooks! {
     cuStreamEndCapture_ptsz [DriverCapture, "cuStreamEndCapture"] (stream: CUstream, graph: *mut CUgraph) -> CUresult,
         finally => capture::ended;
 
+    // ---- driver, stream lifetime: noted before and after, so that no context a thread cached
+    // for the stream outlives it (`query::context_of_stream`) ---------------------------------
+    cuStreamDestroy_v2 [DriverStream, "cuStreamDestroy"] (stream: CUstream) -> CUresult,
+        before => super::super::query::stream_destroying(), finally => super::super::query::stream_destroyed;
+    /// The pre-4.0 export, same ABI.
+    cuStreamDestroy [DriverStream, "cuStreamDestroy"] (stream: CUstream) -> CUresult,
+        before => super::super::query::stream_destroying(), finally => super::super::query::stream_destroyed;
+
     // ---- driver, graph memory nodes added explicitly ------------------------------------------
     cuGraphAddMemAllocNode [DriverGraph, "cuGraphAddMemAllocNode"] (node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize, params: *mut MemAllocNodeParams) -> CUresult,
         after => graph::alloc_node(API, params);
@@ -375,6 +384,10 @@ cuda_hooks! {
         after => emit::imported(API, out_ptr(p), 0, 0);
     cudaIpcCloseMemHandle [Runtime, "cudaIpcCloseMemHandle"] (p: *mut c_void) -> CudaError,
         before => emit::free_before(API, p as usize, 0, 0);
+    /// Through the runtime: noted at the call too, for a runtime that resolved the driver before
+    /// install (its own call of `cuStreamDestroy` then reaches no hook).
+    cudaStreamDestroy [Runtime, "cudaStreamDestroy"] (stream: cudaStream_t) -> CudaError,
+        before => super::super::query::stream_destroying(), finally => super::super::query::stream_destroyed_rt;
     cudaDeviceReset [Runtime, "cudaDeviceReset"] () -> CudaError,
         before => { let dev = super::super::query::current_device(); emit::purge_before(API, |a| dev >= 0 && a.device == dev) };
 

@@ -23,6 +23,9 @@ pub enum Group {
     DriverImport,
     /// Stream capture begin and end: counted, so stream-ordered hooks know when to ask.
     DriverCapture,
+    /// Stream destruction: the handle may come back for a stream of another context, so the
+    /// hooks forget what they cached about streams (`query::streams_changed`).
+    DriverStream,
     /// Graph memory nodes added explicitly (`cuGraphAddMemAllocNode`, `cuGraphAddNode`, ...).
     DriverGraph,
     /// The CUDA runtime (`cudaMalloc`, `cudaMallocAsync`, ...).
@@ -44,6 +47,7 @@ impl Group {
             Group::DriverLoad => "driver module loads",
             Group::DriverImport => "driver imported memory",
             Group::DriverCapture => "driver stream capture",
+            Group::DriverStream => "driver stream lifetime",
             Group::DriverGraph => "driver graph memory nodes",
             Group::Runtime => "runtime",
             Group::Resolution => "resolution",
