@@ -123,15 +123,9 @@ pub fn streams_changed() {
     STREAM_GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
-/// Before a stream is destroyed: an answer cached from here on carries the new generation,
-/// which [`stream_destroyed`] moves past once the handle is free (a thread that asked about the
-/// stream while it was being destroyed keeps nothing).
-pub fn stream_destroying() -> super::emit::Pending {
-    streams_changed();
-    super::emit::Pending::Nothing
-}
-
-/// After a driver stream destruction, whatever its result.
+/// After a driver stream destruction, whatever its result. The hooks call [`streams_changed`]
+/// before it too: an answer cached meanwhile carries the generation this moves past, so a
+/// thread that asked about the stream while it was being destroyed keeps nothing.
 pub fn stream_destroyed(_rc: CUresult) {
     streams_changed();
 }
