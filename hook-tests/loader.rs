@@ -295,16 +295,21 @@ fn one_new_object_is_handled_without_a_walk() {
         assert_eq!(closed.group_scans, synced.group_scans + 1, "{closed}");
         assert_eq!(slots_in("libdep.so"), 0, "dependency not forgotten");
         assert_eq!(slots_in("libplugin_dep.so"), 0, "library not forgotten");
-        // The dependency held on its own: the library's dlclose unloads it alone (the quick
-        // path), and the dependency stays known and patched until its own dlclose.
-        let h = open(path("libplugin_dep.so").as_ptr(), libc::RTLD_NOW);
-        let dep = open(path("libdep.so").as_ptr(), libc::RTLD_NOW);
-        assert!(!h.is_null() && !dep.is_null());
-        assert_eq!(close(h), 0);
-        assert!(
-            slots_in("libdep.so") > 0,
-            "group path off: the held dependency was forgotten"
-        );
+        // The dependency held on its own: the library's dlclose unloads it alone (one object,
+        // the quick path), and the dependency stays known and patched until its own dlclose.
+        // Returns the dependency's handle.
+        let held_dependency = |what: &str| {
+            let h = open(path("libplugin_dep.so").as_ptr(), libc::RTLD_NOW);
+            let dep = open(path("libdep.so").as_ptr(), libc::RTLD_NOW);
+            assert!(!h.is_null() && !dep.is_null());
+            assert_eq!(close(h), 0);
+            assert!(
+                slots_in("libdep.so") > 0,
+                "{what}: the held dependency was forgotten"
+            );
+            dep
+        };
+        let dep = held_dependency("group path off");
         let dep_call: Call = std::mem::transmute(libc::dlsym(dep, c"dep_call".as_ptr()));
         assert_hooked_call(dep_call, (3, 4), 12, &CALLS, "held dependency");
         assert_eq!(close(dep), 0);
@@ -355,16 +360,9 @@ fn one_new_object_is_handled_without_a_walk() {
             "{group}"
         );
 
-        // The dependency held on its own: the dlclose of the library unloads it alone (one
-        // object, the quick path), and the dependency's own dlclose then finds it gone too.
-        let h = open(path("libplugin_dep.so").as_ptr(), libc::RTLD_NOW);
-        let dep = open(path("libdep.so").as_ptr(), libc::RTLD_NOW);
-        assert!(!h.is_null() && !dep.is_null());
-        assert_eq!(close(h), 0);
-        assert!(
-            slots_in("libdep.so") > 0,
-            "the held dependency was forgotten"
-        );
+        // Held on its own again, with the group path: the dependency's own dlclose then finds
+        // it gone too.
+        let dep = held_dependency("group path on");
         assert_eq!(close(dep), 0);
         assert_eq!(slots_in("libdep.so"), 0);
         let held = cuhook::hooks::diagnostics();
