@@ -9,7 +9,14 @@ use std::ops::ControlFlow;
 use crate::elf::LoadedObject;
 use crate::sys::dl::{self, Handle, Listed};
 
-pub(crate) use crate::sys::dl::{lookup_global, object_at, vdso_and_interpreter};
+pub(crate) use crate::sys::dl::{lookup_global, vdso_and_interpreter};
+
+/// What glibc's `_dl_find_object` says of an address inside `obj` (its first segment's start,
+/// else its load bias): `Some(Some(link map))` of the relocated object there, `Some(None)` when
+/// none is, `None` when this glibc cannot say (before 2.35). Lock-free: usable inside walks.
+pub(crate) fn registered_at(obj: &LoadedObject) -> Option<Option<usize>> {
+    dl::object_at(obj.segments().next().map_or(obj.base, |s| s.0))
+}
 
 /// Objects pinned by name so far in this process (see [`pinned_by_name`]).
 static PINNED_BY_NAME: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -137,11 +144,6 @@ pub fn visit(objects: &[&LoadedObject], subs: u64, work: &mut dyn FnMut(usize)) 
         // glibc before 2.35: no way to tell a relocated object from one being loaded.
         return vec![false; objects.len()];
     }
-    // An address inside each object (its first segment), to ask `_dl_find_object` about.
-    let probes: Vec<usize> = objects
-        .iter()
-        .map(|o| o.segments().next().map_or(o.base, |s| s.0))
-        .collect();
     // (load bias, position in `objects`), sorted.
     let mut keys: Vec<(usize, usize)> = objects
         .iter()
@@ -173,7 +175,7 @@ pub fn visit(objects: &[&LoadedObject], subs: u64, work: &mut dyn FnMut(usize)) 
             // relocated. glibc registers an object for `_dl_find_object` only once it is
             // relocated, so an unregistered one is left to a pin by name, which waits for that
             // load to finish.
-            if !matches!(dl::object_at(probes[i]), Some(Some(_))) {
+            if !matches!(registered_at(objects[i]), Some(Some(_))) {
                 continue;
             }
             work(i);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::elf::{self, LoadedObject, ObjectIndex};
 
 use crate::hooks::batch::{self, Batch};
-use crate::hooks::loader::{object_at, Pin};
+use crate::hooks::loader::{registered_at, Pin};
 use crate::hooks::resolver::matters;
 use crate::hooks::skip::{exclude_list, skip_reason};
 use crate::Result;
@@ -305,10 +305,7 @@ impl State {
             .and_then(|m| m.get(&link_map))
             .and_then(|&base| self.known.as_ref()?.get(&base))
             .and_then(|v| v.iter().find(|k| k.link_map == link_map))?;
-        let probe = k.object.segments().next().map(|(start, _, _)| start);
-        let gone = probe
-            .and_then(object_at)
-            .is_some_and(|found| found != Some(link_map));
+        let gone = registered_at(&k.object).is_some_and(|found| found != Some(link_map));
         gone.then(|| (k.object.clone(), k.arrived_with.clone()))
     }
 }

@@ -11,7 +11,7 @@ use crate::Result;
 
 use crate::hooks::batch::{self, Batch};
 use crate::hooks::diagnostics::{push_bounded, push_name_bounded};
-use crate::hooks::loader::{object_at, Pin};
+use crate::hooks::loader::{registered_at, Pin};
 use crate::hooks::resolver::matters;
 use crate::hooks::skip::{exclude_list, skip_reason, SkipReason};
 
@@ -58,17 +58,6 @@ pub(super) enum Reading {
     InWalks,
     /// Already indexed (`batch::index_after`); `None` entries are pinned by name.
     Indexed(Vec<Option<Result<ObjectIndex>>>),
-}
-
-/// The link map glibc has registered for `object` (it covers the object's first segment), or 0
-/// (not relocated yet, gone, or a glibc before 2.35).
-fn link_map_of(object: &LoadedObject) -> usize {
-    object
-        .segments()
-        .next()
-        .and_then(|(start, _, _)| object_at(start))
-        .flatten()
-        .unwrap_or(0)
 }
 
 /// Where among the known objects at `base` is the one the loader lists with the name bytes
@@ -282,7 +271,11 @@ impl State {
         }
         // Each new object's link map, where glibc has registered it (it is relocated): the
         // `dlclose` that removes it can then be handled without a sync (`opened.rs`).
-        let arrived: Vec<usize> = fresh.iter().map(|o| link_map_of(o)).collect();
+        // 0 where there is none (not relocated yet, gone, or a glibc before 2.35).
+        let arrived: Vec<usize> = fresh
+            .iter()
+            .map(|o| registered_at(o).flatten().unwrap_or(0))
+            .collect();
         let Admitted {
             new,
             pins,
