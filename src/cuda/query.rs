@@ -88,8 +88,9 @@ pub fn contexts_changed() {
     streams_changed();
 }
 
-/// Bumped before and after every stream destruction the hooks see, and with every context
-/// teardown: a destroyed stream's handle may come back for a stream of another context.
+/// Bumped when a stream destruction the hooks see returns, and with every context teardown: a
+/// destroyed stream's handle may come back for a stream of another context. A thread reads it
+/// before it asks the driver, so whatever it cached before the bump carries an older value.
 static STREAM_GENERATION: AtomicU64 = AtomicU64::new(1);
 
 /// What a thread last learnt about a stream: its context and that context's device, asked at
@@ -123,15 +124,8 @@ pub fn streams_changed() {
     STREAM_GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
-/// After a driver stream destruction, whatever its result. The hooks call [`streams_changed`]
-/// before it too: an answer cached meanwhile carries the generation this moves past, so a
-/// thread that asked about the stream while it was being destroyed keeps nothing.
-pub fn stream_destroyed(_rc: CUresult) {
-    streams_changed();
-}
-
-/// After the runtime's stream destruction, whatever its result.
-pub fn stream_destroyed_rt(_rc: super::abi::CudaError) {
+/// After a stream destruction (driver or runtime), whatever its result.
+pub fn stream_destroyed<R>(_rc: R) {
     streams_changed();
 }
 

@@ -327,13 +327,13 @@ cuda_hooks! {
     cuStreamEndCapture_ptsz [DriverCapture, "cuStreamEndCapture"] (stream: CUstream, graph: *mut CUgraph) -> CUresult,
         finally => capture::ended;
 
-    // ---- driver, stream lifetime: noted before and after, so that no context a thread cached
-    // for the stream outlives it (`query::context_of_stream`) ---------------------------------
+    // ---- driver, stream lifetime: noted when the call returns, so that no context a thread
+    // cached for the stream outlives it (`query::context_of_stream`) --------------------------
     cuStreamDestroy_v2 [DriverStream, "cuStreamDestroy"] (stream: CUstream) -> CUresult,
-        before => { super::super::query::streams_changed(); Pending::Nothing }, finally => super::super::query::stream_destroyed;
+        finally => super::super::query::stream_destroyed;
     /// The pre-4.0 export, same ABI.
     cuStreamDestroy [DriverStream, "cuStreamDestroy"] (stream: CUstream) -> CUresult,
-        before => { super::super::query::streams_changed(); Pending::Nothing }, finally => super::super::query::stream_destroyed;
+        finally => super::super::query::stream_destroyed;
 
     // ---- driver, graph memory nodes added explicitly ------------------------------------------
     cuGraphAddMemAllocNode [DriverGraph, "cuGraphAddMemAllocNode"] (node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, n: usize, params: *mut MemAllocNodeParams) -> CUresult,
@@ -387,7 +387,7 @@ cuda_hooks! {
     /// Through the runtime: noted at the call too, for a runtime that resolved the driver before
     /// install (its own call of `cuStreamDestroy` then reaches no hook).
     cudaStreamDestroy [Runtime, "cudaStreamDestroy"] (stream: cudaStream_t) -> CudaError,
-        before => { super::super::query::streams_changed(); Pending::Nothing }, finally => super::super::query::stream_destroyed_rt;
+        finally => super::super::query::stream_destroyed;
     cudaDeviceReset [Runtime, "cudaDeviceReset"] () -> CudaError,
         before => { let dev = super::super::query::current_device(); emit::purge_before(API, |a| dev >= 0 && a.device == dev) };
 
