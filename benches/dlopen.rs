@@ -163,8 +163,9 @@ fn run(o: &support::Options) {
 
 fn main() {
     let o = support::Options::parse();
-    // The bench measures the group path for k >= 2, which the library leaves off by default
-    // (`cuhook::hooks::group_dlopen`); `CUHOOK_GROUP_DLOPEN=0` measures the whole sync instead.
+    // The bench measures the group path for k >= 2 (the library's default,
+    // `cuhook::hooks::group_dlopen`), set here in case the environment of a run turned it off;
+    // `CUHOOK_GROUP_DLOPEN=0` measures the whole sync instead.
     cuhook::hooks::set_group_dlopen(
         std::env::var("CUHOOK_GROUP_DLOPEN").map_or(true, |v| v.trim() != "0"),
     );
