@@ -49,6 +49,8 @@ mod atomics;
 #[doc(hidden)]
 pub mod capi;
 pub mod cuda;
+#[cfg(cuhook_diag = "timing")]
+mod diag;
 /// ELF readers, public only for the ELF fuzz harness and the engine tests: not part of the API.
 #[doc(hidden)]
 pub mod elf;

@@ -89,21 +89,25 @@ impl Writer {
             },
         };
         let span = at.span(lo, hi);
-        for i in span.clone() {
+        let (first, last) = (*span.start(), *span.end());
+        // Only the end slots can be covered in part; the ones between must be empty.
+        let end_clear = |i: usize| {
             let (blo, bhi) = at.block(i);
             let cur = at.slots[i].load(Relaxed);
-            let ok = if lo <= blo && bhi <= hi {
+            if lo <= blo && bhi <= hi {
                 cur == EMPTY
             } else {
                 at.level == LEAF && clear_of(cur, lo, hi)
-            };
-            if !ok {
-                return false;
             }
+        };
+        if !end_clear(first) || !end_clear(last) || !at.all_are(between(first, last), EMPTY) {
+            return false;
         }
-        for i in span {
+        let v = slot_of(rec, REC);
+        at.fill(between(first, last), v);
+        for i in ends(first, last) {
             if at.slots[i].load(Relaxed) == EMPTY {
-                at.set(i, slot_of(rec, REC));
+                at.set(i, v);
             } else {
                 self.granule_edit(at, i, None, &[rec]);
             }
@@ -159,13 +163,18 @@ impl Writer {
             },
         };
         let span = at.span(lo, hi);
-        for i in span.clone() {
+        let (first, last) = (*span.start(), *span.end());
+        let listed = |i: usize| {
             let cur = at.slots[i].load(Relaxed);
-            if cur != mine && !(at.level == LEAF && lists(cur, rec)) {
-                return false;
-            }
+            cur == mine || (at.level == LEAF && lists(cur, rec))
+        };
+        // The slots between the ends name the range alone (it covers them whole); only the
+        // ends may be granules it shares. Cleared in one pass, counted once.
+        if !listed(first) || !listed(last) || !at.all_are(between(first, last), mine) {
+            return false;
         }
-        for i in span {
+        at.fill(between(first, last), EMPTY);
+        for i in ends(first, last) {
             if at.slots[i].load(Relaxed) == mine {
                 at.set(i, EMPTY);
             } else {
@@ -221,6 +230,18 @@ impl Writer {
             used = parent_used;
         }
     }
+}
+
+/// The slots strictly between a span's first and last.
+fn between(first: usize, last: usize) -> core::ops::Range<usize> {
+    first + 1..last.max(first + 1)
+}
+
+/// A span's end slots, each once.
+fn ends(first: usize, last: usize) -> impl Iterator<Item = usize> {
+    [first, last]
+        .into_iter()
+        .take(if first == last { 1 } else { 2 })
 }
 
 /// Whether granule slot value `cur` names no range meeting `[lo, hi]`.

@@ -99,6 +99,29 @@ impl<'a> Level<'a> {
         self.slots[i].store(v, Release);
     }
 
+    /// Whether every slot of `range` holds `v` (a plain loop over loads: the interior of a
+    /// large range, hundreds of slots).
+    #[inline]
+    pub(super) fn all_are(&self, range: core::ops::Range<usize>, v: usize) -> bool {
+        self.slots[range].iter().all(|s| s.load(Relaxed) == v)
+    }
+
+    /// Stores `v` in every slot of `range`, whose slots all hold the other of `v` and EMPTY
+    /// (the caller checked: [`Self::all_are`]); the count of used slots changes once.
+    #[inline]
+    pub(super) fn fill(&self, range: core::ops::Range<usize>, v: usize) {
+        let n = range.len();
+        if n == 0 {
+            return;
+        }
+        if let Some(used) = self.used {
+            let u = used.load(Relaxed);
+            used.store(if v == EMPTY { u - n } else { u + n }, Relaxed);
+        }
+        // Release: what `v` points to is complete before a reader can load it.
+        self.slots[range].iter().for_each(|s| s.store(v, Release));
+    }
+
     // ------------------------------------------------ shared edits (`shared.rs`)
 
     /// Claims empty slot `i` for `v` (a complete record) against other shared edits.

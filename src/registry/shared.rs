@@ -83,18 +83,18 @@ impl Registry {
         if at.level != LEAF && (first < lo || last > hi) {
             return false;
         }
-        if span.clone().any(|i| at.slots[i].load(Relaxed) != EMPTY) {
+        let slots = &at.slots[span];
+        if !all_hold(slots, EMPTY) {
             return false;
         }
-        for i in span.clone() {
-            if !at.claim(i, v) {
-                for j in *span.start()..i {
-                    at.slots[j].store(EMPTY, Release);
-                }
+        for (k, slot) in slots.iter().enumerate() {
+            // Release: the record is complete before a reader can load it.
+            if slot.compare_exchange(EMPTY, v, Release, Relaxed).is_err() {
+                slots[..k].iter().for_each(|s| s.store(EMPTY, Release));
                 return false;
             }
         }
-        at.count_in(span.count());
+        at.count_in(slots.len());
         lane.remember(&at);
         true
     }
@@ -179,22 +179,18 @@ impl Registry {
             return Shared::Exclusive;
         };
         let mine = slot_of(p, REC);
-        let span = at.span(lo, hi);
-        let n = span.clone().count();
-        if span.clone().any(|i| at.slots[i].load(Relaxed) != mine)
-            || !(at.count_out(n) || self.count_out_last(lane, at, n))
-        {
+        let slots = &at.slots[at.span(lo, hi)];
+        let n = slots.len();
+        if !all_hold(slots, mine) || !(at.count_out(n) || self.count_out_last(lane, at, n)) {
             return Shared::Exclusive;
         }
-        for i in span.clone() {
-            if at.slots[i]
+        for (k, slot) in slots.iter().enumerate() {
+            if slot
                 .compare_exchange(mine, EMPTY, Release, Relaxed)
                 .is_err()
             {
                 // Only a second free of the same range, racing this one, gets here.
-                for j in *span.start()..i {
-                    at.slots[j].store(mine, Release);
-                }
+                slots[..k].iter().for_each(|s| s.store(mine, Release));
                 at.count_in(n);
                 return Shared::Exclusive;
             }
@@ -238,4 +234,14 @@ impl Registry {
     fn top_level(&self) -> Option<Level<'_>> {
         super::table::deref(self.read.top.load(Acquire)).map(Level::top)
     }
+}
+
+/// Whether every slot of a span (non-empty) holds `v`: the end slots first, since they are the
+/// ones a neighbour shares (a pool packs ranges at sub-granule steps), and a miss there would
+/// otherwise be found only after every slot was read, pulling a large range's cache lines in
+/// just to fail.
+#[inline(always)]
+fn all_hold(slots: &[crate::atomics::AtomicUsize], v: usize) -> bool {
+    let holds = |s: &crate::atomics::AtomicUsize| s.load(Relaxed) == v;
+    slots.first().is_some_and(holds) && slots.last().is_some_and(holds) && slots.iter().all(holds)
 }

@@ -127,6 +127,8 @@ macro_rules! cuda_hooks {
                 #[allow(unused_variables, unused_mut, unused_assignments)]
                 #[allow(clippy::too_many_arguments)] // the C function's own arguments
                 unsafe fn through<const C: usize>($($arg: $ty),*) -> $ret {
+                    #[cfg(cuhook_diag = "timing")]
+                    let mut ticks = [crate::diag::now(), 0, 0, 0];
                     let store = if C == 0 { &ORIGINAL } else { &CHAIN[C.saturating_sub(1)] };
                     let real = store.load(Ordering::Acquire);
                     if real == 0 {
@@ -154,8 +156,12 @@ macro_rules! cuda_hooks {
                         // Bound once (not assigned over `Nothing`): the free hooks' record is
                         // then built in place instead of copied.
                         let pending = cuda_hooks!(@before $($before)?);
+                        #[cfg(cuhook_diag = "timing")]
+                        { ticks[1] = crate::diag::now(); }
                         // SAFETY: the caller's own arguments, to the real function.
                         let r = unsafe { real($($arg),*) };
+                        #[cfg(cuhook_diag = "timing")]
+                        { ticks[2] = crate::diag::now(); }
                         rc = Some(r);
                         let ok = <$ret as Status>::ok(r);
                         // SAFETY: `after` expressions only read the output pointers the real
@@ -165,6 +171,11 @@ macro_rules! cuda_hooks {
                         // `finally` sees the result whether the call succeeded or not.
                         $( $finally(r); )?
                     }, || ());
+                    #[cfg(cuhook_diag = "timing")]
+                    if guard.is_some() {
+                        ticks[3] = crate::diag::now();
+                        crate::diag::record(API, ticks);
+                    }
                     drop(guard);
                     match rc {
                         Some(rc) => rc,

@@ -387,3 +387,56 @@ fn registry_removed_record_keeps_every_field() {
     assert!(format!("{direct:?}").contains("cuMemAllocManaged"));
     r.check();
 }
+
+/// A pool's packing (PyTorch's `cudaMallocAsync` mix at 512-byte steps): every range shares its
+/// end granules with its neighbours, and the large ones cover hundreds of granules whole. Each
+/// is found from every 512 bytes it covers, nothing is found past the last, and each removal,
+/// in allocation order (a Python list freed) and then in reverse, leaves the others intact.
+#[test]
+fn registry_pool_packed_ranges_sharing_end_granules() {
+    const SIZES: [usize; 8] = [256, 4096, 65536, 1 << 20, 512, 16384, 262144, 2048];
+    let r = Registry::new();
+    let base = 0x7f12_3400_0000 + 3 * 512;
+    let mut at = base;
+    let ranges: Vec<(usize, usize)> = SIZES
+        .iter()
+        .map(|&size| {
+            let start = at;
+            at += size.next_multiple_of(512);
+            (start, size)
+        })
+        .collect();
+    let found_all = |live: &[(usize, usize)]| {
+        for &(start, size) in live {
+            for p in (start..start + size).step_by(512).chain([start + size - 1]) {
+                let a = r
+                    .lookup(p)
+                    .unwrap_or_else(|| panic!("{p:#x} in {start:#x}+{size}"));
+                assert_eq!((a.start, a.size), (start, size), "at {p:#x}");
+            }
+        }
+    };
+    for order in [false, true] {
+        for (k, &(start, size)) in ranges.iter().enumerate() {
+            assert_eq!(r.insert(alloc(start, size, k as u64)).overwritten, 0);
+        }
+        r.check();
+        found_all(&ranges);
+        assert_eq!(r.lookup(at), None);
+        let mut live = ranges.clone();
+        while !live.is_empty() {
+            let (start, size) = if order {
+                live.pop()
+            } else {
+                Some(live.remove(0))
+            }
+            .unwrap();
+            assert_eq!(r.remove_allocation(start).map(|a| a.size), Some(size));
+            assert_eq!(r.lookup(start), None);
+            assert_eq!(r.lookup(start + size - 1), None);
+            r.check();
+            found_all(&live);
+        }
+        assert!(r.is_empty());
+    }
+}
