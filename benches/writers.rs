@@ -11,7 +11,8 @@
 //!
 //! Run: `cargo bench --bench writers` (threads 1, 2, 4, 8, 16 capped at the CPUs), or
 //! `cargo bench --bench writers -- 1 16` for chosen thread counts; `-- sizes` for the cost of one
-//! insert+removal by range size, on one thread. Meant for a machine with
+//! insert+removal by range size, on one thread; `-- torch [T...]` for `torch_threads.py`'s
+//! allocations taking turns through one lock, as PyTorch's allocator makes them. Meant for a machine with
 //! many cores (the H200 host: 16): on 2 cores it shows little.
 
 use std::collections::BTreeMap;
@@ -175,9 +176,77 @@ fn sizes() {
     }
 }
 
+/// `torch_threads.py` on the H200 without the GPU: T threads each allocate a round of its sizes
+/// (packed at 512-byte steps in the thread's own region, as the pool packs a stream's blocks)
+/// and free them, every insert and every removal inside one shared lock, as PyTorch's
+/// `CudaMallocAsync` allocator holds its lock around each call. What the registry adds there is
+/// waited for by every thread. Prints allocations per second (all threads), with the registry's
+/// work and without it (the lock alone).
+fn torch(threads: usize) {
+    const SIZES: [usize; 8] = [256, 4096, 65536, 1 << 20, 512, 16384, 262144, 2048];
+    const ROUNDS: usize = 20_000;
+    let reg = Registry::new();
+    populate(&reg);
+    let lock = Mutex::new(());
+    let run = |with_registry: bool| {
+        let t0 = Instant::now();
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let (reg, lock) = (&reg, &lock);
+                s.spawn(move || {
+                    let mut at = BASE + 64 * BLOCK + t * 2 * BLOCK + 512;
+                    let starts: Vec<(usize, usize)> = SIZES
+                        .iter()
+                        .map(|&size| {
+                            let start = at;
+                            at += size.next_multiple_of(512);
+                            (start, size)
+                        })
+                        .collect();
+                    for _ in 0..ROUNDS {
+                        for &(start, size) in &starts {
+                            let _held = lock.lock().unwrap();
+                            if with_registry {
+                                reg.insert(sized(start, size));
+                            }
+                        }
+                        for &(start, _) in &starts {
+                            let _held = lock.lock().unwrap();
+                            if with_registry {
+                                black_box(reg.remove_allocation(start));
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (threads * ROUNDS * SIZES.len()) as f64 / t0.elapsed().as_secs_f64()
+    };
+    let (lock_only, registry) = (run(false), run(true));
+    println!(
+        "torch: threads={threads:2}  allocations/s: the lock alone {lock_only:11.0}   with the registry {registry:11.0}   ns of registry work per allocation+free {:7.1}",
+        1e9 / registry - 1e9 / lock_only
+    );
+}
+
 fn main() {
     if std::env::args().nth(1).as_deref() == Some("sizes") {
         return sizes();
+    }
+    if std::env::args().nth(1).as_deref() == Some("torch") {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let counts: Vec<usize> = std::env::args()
+            .skip(2)
+            .filter_map(|a| a.parse().ok())
+            .collect();
+        for t in if counts.is_empty() {
+            vec![1, cpus.min(8)]
+        } else {
+            counts
+        } {
+            torch(t);
+        }
+        return;
     }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut counts: Vec<usize> = std::env::args()
