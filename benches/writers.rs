@@ -160,20 +160,25 @@ fn sizes() {
     }
     const TORCH: [usize; 8] = [256, 4096, 65536, 1 << 20, 512, 16384, 262144, 2048];
     for (what, align) in [("pool-packed (512 B)", 512), ("one granule each", 4096)] {
-        let mut at = block;
-        let starts: Vec<(usize, usize)> = TORCH
-            .iter()
-            .map(|&size| {
-                let start = at;
-                at += size.next_multiple_of(align);
-                (start, size)
-            })
-            .collect();
+        let starts = packed(&TORCH, block, align);
         println!(
             "  torch_threads.py's sizes, {what}: {:7.1} per allocation",
             pairs(&starts, 20_000)
         );
     }
+}
+
+/// `(start, size)` of ranges of `sizes` laid out from `at` as a pool packs them: each at the
+/// next multiple of `align` after the last.
+fn packed(sizes: &[usize], mut at: usize, align: usize) -> Vec<(usize, usize)> {
+    sizes
+        .iter()
+        .map(|&size| {
+            let start = at;
+            at += size.next_multiple_of(align);
+            (start, size)
+        })
+        .collect()
 }
 
 /// `torch_threads.py` on the H200 without the GPU: T threads each allocate a round of its sizes
@@ -194,15 +199,7 @@ fn torch(threads: usize) {
             for t in 0..threads {
                 let (reg, lock) = (&reg, &lock);
                 s.spawn(move || {
-                    let mut at = BASE + 64 * BLOCK + t * 2 * BLOCK + 512;
-                    let starts: Vec<(usize, usize)> = SIZES
-                        .iter()
-                        .map(|&size| {
-                            let start = at;
-                            at += size.next_multiple_of(512);
-                            (start, size)
-                        })
-                        .collect();
+                    let starts = packed(&SIZES, BASE + 64 * BLOCK + t * 2 * BLOCK + 512, 512);
                     for _ in 0..ROUNDS {
                         for &(start, size) in &starts {
                             let _held = lock.lock().unwrap();

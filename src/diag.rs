@@ -17,6 +17,8 @@ use std::cell::Cell;
 use std::ffi::CStr;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::OnceLock;
+use std::time::Instant;
 
 const THREADS: usize = 256;
 /// Distinct APIs counted (hooks and registry counters).
@@ -31,31 +33,22 @@ static ROWS: [Row; THREADS] =
     [const { Row([const { [const { AtomicU64::new(0) }; PHASES] }; KEYS]) }; THREADS];
 static NAMES: [AtomicPtr<u8>; KEYS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; KEYS];
 static NEXT_ROW: AtomicUsize = AtomicUsize::new(0);
-/// The first reading and the monotonic clock then, to turn ticks into nanoseconds at exit.
-static START: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+/// The first reading, and the clock then: ticks become nanoseconds at exit.
+static START: AtomicU64 = AtomicU64::new(0);
+static START_TIME: OnceLock<Instant> = OnceLock::new();
 
 thread_local! {
     static ROW: Cell<usize> = const { Cell::new(usize::MAX) };
 }
 
-/// The time-stamp counter.
+/// The time-stamp counter (elsewhere, nanoseconds since the first reading).
 #[inline(always)]
 pub fn now() -> u64 {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `rdtsc` reads a counter; no preconditions.
     return unsafe { core::arch::x86_64::_rdtsc() };
     #[cfg(not(target_arch = "x86_64"))]
-    return monotonic_ns();
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: an out-pointer to a local.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    return START_TIME.get_or_init(Instant::now).elapsed().as_nanos() as u64;
 }
 
 fn key(name: &'static CStr) -> Option<usize> {
@@ -81,8 +74,8 @@ fn row() -> Option<&'static Row> {
         if r.get() == usize::MAX {
             let n = NEXT_ROW.fetch_add(1, Relaxed);
             if n == 0 {
-                START[0].store(now(), Relaxed);
-                START[1].store(monotonic_ns(), Relaxed);
+                START_TIME.get_or_init(Instant::now);
+                START.store(now(), Relaxed);
             }
             r.set(n);
         }
@@ -118,8 +111,8 @@ fn print() {
     if rows == 0 {
         return;
     }
-    let ticks = now().wrapping_sub(START[0].load(Relaxed)).max(1) as f64;
-    let ns = monotonic_ns().wrapping_sub(START[1].load(Relaxed)) as f64;
+    let ticks = now().wrapping_sub(START.load(Relaxed)).max(1) as f64;
+    let ns = START_TIME.get().map_or(0, |t| t.elapsed().as_nanos()) as f64;
     let per_tick = ns / ticks;
     let mut out = format!("cuhook-diag threads={rows} ns_per_tick={per_tick:.4}\n");
     for (k, name) in NAMES.iter().enumerate() {

@@ -396,16 +396,18 @@ fn registry_removed_record_keeps_every_field() {
 fn registry_pool_packed_ranges_sharing_end_granules() {
     const SIZES: [usize; 8] = [256, 4096, 65536, 1 << 20, 512, 16384, 262144, 2048];
     let r = Registry::new();
-    let base = 0x7f12_3400_0000 + 3 * 512;
-    let mut at = base;
+    // Each range at the next 512-byte boundary after the last, from 1.5 KiB into a granule.
     let ranges: Vec<(usize, usize)> = SIZES
         .iter()
-        .map(|&size| {
-            let start = at;
-            at += size.next_multiple_of(512);
-            (start, size)
+        .scan(0x7f12_3400_0000 + 3 * 512, |next, &size| {
+            let start = *next;
+            *next += size.next_multiple_of(512);
+            Some((start, size))
         })
         .collect();
+    let at = ranges
+        .last()
+        .map_or(0, |&(start, size)| start + size.next_multiple_of(512));
     let found_all = |live: &[(usize, usize)]| {
         for &(start, size) in live {
             for p in (start..start + size).step_by(512).chain([start + size - 1]) {
