@@ -1,8 +1,9 @@
 //! A measurement build's clock (`--cfg cuhook_diag="timing"`, never a release): where a hooked
 //! call's time goes on the real driver, where no profiler runs. Each outermost memory hook
 //! records four time-stamp-counter readings (entry, before the real call, after it, exit), and
-//! the registry counts the edits that went the exclusive way; at exit the sums go to standard
-//! error, per API: calls, and mean nanoseconds before, in and after the real call.
+//! the registry's exclusive edits four of their own (entry, writer lock taken, lanes drained,
+//! done); at exit the sums go to standard error, per API: calls, and mean nanoseconds between
+//! the readings (for an exclusive edit: waiting for the lock, draining the lanes, the edit).
 //!
 //! Per thread, not shared: each thread adds into its own row (its own cache lines), so the
 //! clock does not itself move lines between cores. Rows are claimed once per thread from a
@@ -97,9 +98,25 @@ pub fn record(api: &'static CStr, t: [u64; 4]) {
     add(3, t[3].wrapping_sub(t[2]));
 }
 
-/// Counts one event `what` (a registry edit that went the exclusive way, say).
-pub fn count(what: &'static CStr) {
-    record(what, [0; 4]);
+thread_local! {
+    /// Two readings taken inside a call by [`mark`], for [`record_marked`].
+    static MARKS: Cell<[u64; 2]> = const { Cell::new([0; 2]) };
+}
+
+/// Takes reading `i` (0 or 1) of the call in progress on this thread.
+pub fn mark(i: usize) {
+    MARKS.with(|m| {
+        let mut v = m.get();
+        v[i & 1] = now();
+        m.set(v);
+    });
+}
+
+/// Adds one call of `what` begun at `start`, with the two readings [`mark`] took inside it as
+/// its middle ones (for an exclusive registry edit: the lock taken, the lanes drained).
+pub fn record_marked(what: &'static CStr, start: u64) {
+    let [a, b] = MARKS.with(Cell::get);
+    record(what, [start, a, b, now()]);
 }
 
 extern "C" fn print_at_exit() {

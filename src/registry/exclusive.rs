@@ -15,8 +15,12 @@ impl Registry {
     /// The writer lock with the lanes closed (`lanes.rs`): every edit that is not shared.
     pub(super) fn exclusive(&self) -> Exclusive<'_> {
         let mut guard = self.writer.lock();
+        #[cfg(cuhook_diag = "timing")]
+        crate::diag::mark(0);
         self.lanes.close();
         self.reclaim_emptied(&mut guard);
+        #[cfg(cuhook_diag = "timing")]
+        crate::diag::mark(1);
         Exclusive {
             guard,
             lanes: &self.lanes,
@@ -48,8 +52,10 @@ impl Registry {
         a: Allocation,
         filled: Option<Ptr<Record>>,
     ) -> InsertOutcome {
+        #[cfg(cuhook_diag = "timing")]
+        let start = crate::diag::now();
         let mut guard = self.exclusive();
-        match filled {
+        let inserted = match filled {
             Some(p) => {
                 let a = rec(p).get();
                 guard.recs.free(p);
@@ -59,7 +65,10 @@ impl Registry {
                 guard.refill(&self.lanes);
                 self.insert_locked(guard, a, None)
             }
-        }
+        };
+        #[cfg(cuhook_diag = "timing")]
+        crate::diag::record_marked(c"registry: exclusive insert", start);
+        inserted
     }
 
     /// Everything [`Self::insert`] does beyond a shared edit, in the exclusive mode it took.
@@ -136,15 +145,21 @@ impl Registry {
     /// thread's lane if it had no room left.
     #[inline(never)]
     pub(super) fn remove_exclusive(&self, start: usize) -> Option<RemovedRecord> {
+        #[cfg(cuhook_diag = "timing")]
+        let begun = crate::diag::now();
         let mut guard = self.exclusive();
         let w = &mut *guard;
         w.drain(&self.lanes);
-        let p = self.unlink_allocation(w, start)?;
-        // Copied before the record is freed (it is not reused before the lock is released).
-        let a = rec(p).take();
-        w.free_record(p);
-        self.publish_len(w);
-        Some(a)
+        let removed = self.unlink_allocation(w, start).map(|p| {
+            // Copied before the record is freed (it is not reused before the lock is released).
+            let a = rec(p).take();
+            w.free_record(p);
+            self.publish_len(w);
+            a
+        });
+        #[cfg(cuhook_diag = "timing")]
+        crate::diag::record_marked(c"registry: exclusive removal", begun);
+        removed
     }
 
     /// Beyond the pool case: unlinks the range starting exactly at `start`, publishes the hints

@@ -256,11 +256,7 @@ impl Registry {
         }
         match self.insert_shared(&a) {
             Ok(seq) => seq,
-            Err(filled) => {
-                #[cfg(cuhook_diag = "timing")]
-                crate::diag::count(c"registry: exclusive insert");
-                self.insert_exclusive(a, filled).seq.unwrap_or(0)
-            }
+            Err(filled) => self.insert_exclusive(a, filled).seq.unwrap_or(0),
         }
     }
 
@@ -288,8 +284,6 @@ impl Registry {
         let mut exclusive = false;
         let a = self.remove_shared(start, &mut exclusive);
         if exclusive {
-            #[cfg(cuhook_diag = "timing")]
-            crate::diag::count(c"registry: exclusive removal");
             return self.remove_exclusive(start);
         }
         a
