@@ -106,8 +106,9 @@ impl<'a> Level<'a> {
         self.slots[range].iter().all(|s| s.load(Relaxed) == v)
     }
 
-    /// Stores `v` in every slot of `range`, whose slots all hold the other of `v` and EMPTY
-    /// (the caller checked: [`Self::all_are`]); the count of used slots changes once.
+    /// Stores `v` in every slot of `range`: a record into slots that are all empty, or EMPTY
+    /// into slots that all hold one (the caller checked which, [`Self::all_are`]). The count of
+    /// used slots changes once.
     #[inline]
     pub(super) fn fill(&self, range: core::ops::Range<usize>, v: usize) {
         let n = range.len();
