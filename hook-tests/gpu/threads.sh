@@ -12,6 +12,27 @@ libs=()
 for lib in "$@"; do libs+=("$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")"); done
 nvcc -O2 -arch=native "${inc[@]}" -o "$out/bench" "$here/bench.cu" -lcuda -ldl -lpthread || exit 1
 : >"$out/threads.txt"
+# The summary is printed however the script ends: a `timeout` around it (a device call's
+# limit) still leaves the rounds that finished summarised.
+trap summary EXIT
+summary() {
+python3 - "$out/threads.txt" <<'PY'
+import re, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"mode=(\S+) pairs api=(\S+) threads=(\d+) .*ns_per_pair=([\d.]+)", line)
+    if m:
+        rows.setdefault((m[2], int(m[3])), {}).setdefault(m[1], []).append(float(m[4]))
+print("ns per pair per thread: median [min-max] xratio to plain")
+for (api, threads), r in sorted(rows.items()):
+    if "plain" not in r:
+        continue
+    p = statistics.median(r["plain"])
+    cells = [f"{k} {statistics.median(v):.0f} [{min(v):.0f}-{max(v):.0f}] x{statistics.median(v) / p:.2f}"
+             for k, v in r.items()]
+    print(f"  {api:32} t={threads:2}  " + "  ".join(cells))
+PY
+}
 for round in $(seq "${ROUNDS:-5}"); do
     for threads in 16 1; do
         for api in drv rt; do
@@ -22,17 +43,3 @@ for round in $(seq "${ROUNDS:-5}"); do
         done
     done
 done
-python3 - "$out/threads.txt" <<'PY'
-import re, statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    m = re.match(r"mode=(\S+) pairs api=(\S+) threads=(\d+) .*ns_per_pair=([\d.]+)", line)
-    if m:
-        rows.setdefault((m[2], int(m[3])), {}).setdefault(m[1], []).append(float(m[4]))
-print("ns per pair per thread: median [min-max] xratio to plain")
-for (api, threads), r in sorted(rows.items()):
-    p = statistics.median(r["plain"])
-    cells = [f"{k} {statistics.median(v):.0f} [{min(v):.0f}-{max(v):.0f}] x{statistics.median(v) / p:.2f}"
-             for k, v in r.items()]
-    print(f"  {api:32} t={threads:2}  " + "  ".join(cells))
-PY

@@ -11,14 +11,10 @@ libs=()
 for lib in "$@"; do libs+=("$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")"); done
 export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
 : >"$out/torch_threads.txt"
-for round in $(seq "${ROUNDS:-5}"); do
-    for threads in ${THREADS:-8 1}; do
-        echo "mode=plain $(python3 "$here/torch_threads.py" "$threads" "${DURATION:-3}")" >>"$out/torch_threads.txt"
-        for i in "${!libs[@]}"; do
-            echo "mode=lib$i $(LD_PRELOAD="${libs[$i]}" python3 "$here/torch_threads.py" "$threads" "${DURATION:-3}")" >>"$out/torch_threads.txt"
-        done
-    done
-done
+# The summary is printed however the script ends (a `timeout` around it leaves the rounds that
+# finished summarised).
+trap summary EXIT
+summary() {
 for i in "${!libs[@]}"; do echo "lib$i = ${libs[$i]}"; done
 python3 - "$out/torch_threads.txt" <<'PY'
 import re, statistics, sys
@@ -29,8 +25,19 @@ for line in open(sys.argv[1]):
         rows.setdefault(int(m[2]), {}).setdefault(m[1], []).append(float(m[3]))
 print("allocations/s: median [min-max] xratio to plain")
 for threads, r in sorted(rows.items()):
+    if "plain" not in r:
+        continue
     p = statistics.median(r["plain"])
     cells = [f"{k} {statistics.median(v):.0f} [{min(v):.0f}-{max(v):.0f}] x{statistics.median(v) / p:.3f}"
              for k, v in sorted(r.items())]
     print(f"  threads={threads:2}  " + "  ".join(cells))
 PY
+}
+for round in $(seq "${ROUNDS:-5}"); do
+    for threads in ${THREADS:-8 1}; do
+        echo "mode=plain $(python3 "$here/torch_threads.py" "$threads" "${DURATION:-3}")" >>"$out/torch_threads.txt"
+        for i in "${!libs[@]}"; do
+            echo "mode=lib$i $(LD_PRELOAD="${libs[$i]}" python3 "$here/torch_threads.py" "$threads" "${DURATION:-3}")" >>"$out/torch_threads.txt"
+        done
+    done
+done
