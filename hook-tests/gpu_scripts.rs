@@ -16,22 +16,23 @@ fn scripts(ext: &str) -> Vec<std::path::PathBuf> {
     found
 }
 
+/// Runs `checker` on `script` and fails the test with its complaint if it refuses it.
+fn passes(script: &Path, checker: &mut Command) {
+    let out = checker.output().expect("the checker runs");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn every_gpu_shell_script_parses() {
     let all = scripts("sh");
     assert!(all.len() >= 10, "the GPU scripts moved? found {all:?}");
     for script in all {
-        let out = Command::new("bash")
-            .arg("-n")
-            .arg(&script)
-            .output()
-            .expect("bash");
-        assert!(
-            out.status.success(),
-            "{}: {}",
-            script.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        passes(&script, Command::new("bash").arg("-n").arg(&script));
     }
 }
 
@@ -43,17 +44,12 @@ fn every_gpu_python_script_compiles() {
     for script in all {
         // Compiled to a scratch file: nothing is written beside the sources.
         let code = "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)";
-        let out = Command::new("python3")
-            .args(["-c", code])
-            .arg(&script)
-            .arg(out_dir.join("x.pyc"))
-            .output()
-            .expect("python3");
-        assert!(
-            out.status.success(),
-            "{}: {}",
-            script.display(),
-            String::from_utf8_lossy(&out.stderr)
+        passes(
+            &script,
+            Command::new("python3")
+                .args(["-c", code])
+                .arg(&script)
+                .arg(out_dir.join("x.pyc")),
         );
     }
     let _ = std::fs::remove_dir_all(&out_dir);
