@@ -8,7 +8,7 @@
 use crate::atomics::{AtomicUsize, Ordering::Relaxed, Ordering::Release};
 
 use super::edit::chain_any;
-use super::level::Level;
+use super::level::{all_hold, Level};
 use super::record::Record;
 use super::slab::Ptr;
 use super::table::{
@@ -100,7 +100,10 @@ impl Writer {
                 at.level == LEAF && clear_of(cur, lo, hi)
             }
         };
-        if !end_clear(first) || !end_clear(last) || !at.all_are(between(first, last), EMPTY) {
+        if !end_clear(first)
+            || !end_clear(last)
+            || !all_hold(&at.slots[between(first, last)], EMPTY)
+        {
             return false;
         }
         let v = slot_of(rec, REC);
@@ -170,7 +173,7 @@ impl Writer {
         };
         // The slots between the ends name the range alone (it covers them whole); only the
         // ends may be granules it shares. Cleared in one pass, counted once.
-        if !listed(first) || !listed(last) || !at.all_are(between(first, last), mine) {
+        if !listed(first) || !listed(last) || !all_hold(&at.slots[between(first, last)], mine) {
             return false;
         }
         at.fill(between(first, last), EMPTY);

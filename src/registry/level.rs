@@ -99,15 +99,8 @@ impl<'a> Level<'a> {
         self.slots[i].store(v, Release);
     }
 
-    /// Whether every slot of `range` holds `v` (a plain loop over loads: the interior of a
-    /// large range, hundreds of slots).
-    #[inline]
-    pub(super) fn all_are(&self, range: core::ops::Range<usize>, v: usize) -> bool {
-        self.slots[range].iter().all(|s| s.load(Relaxed) == v)
-    }
-
     /// Stores `v` in every slot of `range`: a record into slots that are all empty, or EMPTY
-    /// into slots that all hold one (the caller checked which, [`Self::all_are`]). The count of
+    /// into slots that all hold one (the caller checked which: [`all_hold`]). The count of
     /// used slots changes once.
     #[inline]
     pub(super) fn fill(&self, range: core::ops::Range<usize>, v: usize) {
@@ -171,3 +164,12 @@ impl<'a> Level<'a> {
 // `Level::table` finds the table from its count.
 #[cfg(not(loom))]
 const _: () = assert!(core::mem::offset_of!(Table, used) == 0);
+
+/// Whether every slot of `slots` holds `v`. The end slots are read first: they are the ones a
+/// neighbour shares (a pool packs ranges at sub-granule steps), and a miss there would otherwise
+/// be found only after every slot was read, pulling a large range's cache lines in just to fail.
+#[inline(always)]
+pub(super) fn all_hold(slots: &[AtomicUsize], v: usize) -> bool {
+    let holds = |s: &AtomicUsize| s.load(Relaxed) == v;
+    slots.first().is_none_or(holds) && slots.last().is_none_or(holds) && slots.iter().all(holds)
+}

@@ -15,7 +15,7 @@ use crate::atomics::Ordering::{Acquire, Relaxed, Release};
 
 use super::edit::locate_from;
 use super::lanes::Lane;
-use super::level::Level;
+use super::level::{all_hold, Level};
 use super::record::{Record, RemovedRecord};
 use super::slab::Ptr;
 use super::table::{index, ptr_of, slot_of, tag, target, Table, EMPTY, LEAF, REC, SHIFT, TAB};
@@ -234,14 +234,4 @@ impl Registry {
     fn top_level(&self) -> Option<Level<'_>> {
         super::table::deref(self.read.top.load(Acquire)).map(Level::top)
     }
-}
-
-/// Whether every slot of a span (non-empty) holds `v`: the end slots first, since they are the
-/// ones a neighbour shares (a pool packs ranges at sub-granule steps), and a miss there would
-/// otherwise be found only after every slot was read, pulling a large range's cache lines in
-/// just to fail.
-#[inline(always)]
-fn all_hold(slots: &[crate::atomics::AtomicUsize], v: usize) -> bool {
-    let holds = |s: &crate::atomics::AtomicUsize| s.load(Relaxed) == v;
-    slots.first().is_some_and(holds) && slots.last().is_some_and(holds) && slots.iter().all(holds)
 }
