@@ -1,19 +1,27 @@
 //! Exclusive mode: the writer lock with the lanes' gate closed and every lane drained
 //! (`lanes.rs` says why the common edits do without it). Every edit that is not a shared one
-//! runs here, and so do the lanes' upkeep: spare records given or taken back, and leaf tables
-//! a shared removal left empty freed.
+//! runs here, and so do the lanes' upkeep: spare records and buckets given or taken back, and
+//! leaf tables a shared removal left empty freed.
 
-use super::lanes::{Lane, Lanes, SPARE};
+use super::lanes::{Lane, Lanes, Spares};
 use super::record::{Record, RemovedRecord};
-use super::slab::Ptr;
+use super::slab::{Fresh, Ptr, Slab};
 use super::write::{rec, Writer};
 use super::{Allocation, InsertOutcome, Registry};
 use crate::atomics::Ordering;
 use crate::locks::WriterGuard;
 
+#[cfg(all(test, not(loom)))]
+std::thread_local! {
+    /// Tests: how many times this thread took the exclusive way.
+    pub(super) static EXCLUSIVE_EDITS: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+}
+
 impl Registry {
     /// The writer lock with the lanes closed (`lanes.rs`): every edit that is not shared.
     pub(super) fn exclusive(&self) -> Exclusive<'_> {
+        #[cfg(all(test, not(loom)))]
+        EXCLUSIVE_EDITS.set(EXCLUSIVE_EDITS.get() + 1);
         let mut guard = self.writer.lock();
         #[cfg(cuhook_diag = "timing")]
         crate::diag::mark(0);
@@ -55,16 +63,14 @@ impl Registry {
         #[cfg(cuhook_diag = "timing")]
         let start = crate::diag::now();
         let mut guard = self.exclusive();
+        guard.tend(&self.lanes);
         let inserted = match filled {
             Some(p) => {
                 let a = rec(p).get();
                 guard.recs.free(p);
                 self.insert_locked(guard, a, Some(a.seq))
             }
-            None => {
-                guard.refill(&self.lanes);
-                self.insert_locked(guard, a, None)
-            }
+            None => self.insert_locked(guard, a, None),
         };
         #[cfg(cuhook_diag = "timing")]
         crate::diag::record_marked(c"registry: exclusive insert", start);
@@ -141,15 +147,14 @@ impl Registry {
         }
     }
 
-    /// [`Self::remove_allocation`] beyond a shared edit; then takes spare records back from the
-    /// thread's lane if it had no room left.
+    /// [`Self::remove_allocation`] beyond a shared edit (the thread's lane restocked first).
     #[inline(never)]
     pub(super) fn remove_exclusive(&self, start: usize) -> Option<RemovedRecord> {
         #[cfg(cuhook_diag = "timing")]
         let begun = crate::diag::now();
         let mut guard = self.exclusive();
         let w = &mut *guard;
-        w.drain(&self.lanes);
+        w.tend(&self.lanes);
         let removed = self.unlink_allocation(w, start).map(|p| {
             // Copied before the record is freed (it is not reused before the lock is released).
             let a = rec(p).take();
@@ -175,36 +180,34 @@ impl Registry {
 }
 
 impl Writer {
-    /// Gives the thread's lane spare records when it has none left (it then stays on shared
-    /// edits for its next inserts).
-    pub(super) fn refill(&mut self, lanes: &Lanes) {
-        let lane = lanes.own();
-        if !lane.has_spares() {
-            self.fill(lane);
-        }
+    /// Keeps the thread's lane stocked for its next shared edits (an exclusive edit often runs
+    /// because the lane ran out of spares, or had no room for what a removal gives back).
+    pub(super) fn tend(&mut self, lanes: &Lanes) {
+        self.stock(lanes.own());
     }
 
-    /// Fills `lane` to half its spare records; takes none it would have to allocate for when
-    /// memory is short.
-    fn fill(&mut self, lane: &Lane) {
-        let n = SPARE.div_ceil(2).saturating_sub(lane.spare_count());
-        if self.recs.spare(n) {
-            for _ in 0..n {
-                let p = self.recs.alloc();
-                lane.push(p);
-            }
-        }
+    /// Spare records for `lane`'s next insert and buckets for its next two chains, and room for
+    /// what its removals give back: each stack filled or drained to half when short.
+    fn stock(&mut self, lane: &Lane) {
+        restock(&mut self.recs, &lane.recs, 1);
+        restock(&mut self.buckets, &lane.buckets, 2);
     }
+}
 
-    /// Takes spare records back from the thread's lane when it has no room left.
-    pub(super) fn drain(&mut self, lanes: &Lanes) {
-        let lane = lanes.own();
-        if lane.has_room() {
-            return;
+/// Fills `spares` to half from `slab` when fewer than `need` are left, or gives back to half
+/// when fewer than `need` more fit. None is taken that would have to be allocated for when
+/// memory is short (the lane's edits then go the exclusive way, which asks again).
+fn restock<T: Fresh, const N: usize>(slab: &mut Slab<T>, spares: &Spares<T, N>, need: usize) {
+    let half = N.div_ceil(2);
+    if spares.len() < need {
+        let n = half - spares.len();
+        if slab.spare(n) {
+            (0..n).for_each(|_| spares.push(slab.alloc()));
         }
-        while lane.spare_count() > SPARE / 2 {
-            let Some(p) = lane.pop() else { break };
-            self.recs.free(p);
+    } else if spares.room() < need {
+        while spares.len() > half {
+            let Some(p) = spares.pop() else { break };
+            slab.free(p);
         }
     }
 }
@@ -244,7 +247,7 @@ impl Registry {
     pub(super) fn prime(&self) {
         let mut guard = self.exclusive();
         for lane in self.lanes.each() {
-            guard.fill(lane);
+            guard.stock(lane);
         }
     }
 }

@@ -8,7 +8,7 @@
 use crate::atomics::{AtomicUsize, Ordering::Relaxed, Ordering::Release};
 
 use super::edit::chain_any;
-use super::level::{all_hold, Level};
+use super::level::{all_hold, between, ends, Level};
 use super::record::Record;
 use super::slab::Ptr;
 use super::table::{
@@ -233,18 +233,6 @@ impl Writer {
             used = parent_used;
         }
     }
-}
-
-/// The slots strictly between a span's first and last.
-fn between(first: usize, last: usize) -> core::ops::Range<usize> {
-    first + 1..last.max(first + 1)
-}
-
-/// A span's end slots, each once.
-fn ends(first: usize, last: usize) -> impl Iterator<Item = usize> {
-    [first, last]
-        .into_iter()
-        .take(if first == last { 1 } else { 2 })
 }
 
 /// Whether granule slot value `cur` names no range meeting `[lo, hi]`.

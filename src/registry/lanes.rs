@@ -2,17 +2,18 @@
 //!
 //! With one writer lock, 16 threads allocating at once spent the whole of their overhead waiting
 //! for it (issue 36, measured on the H200: the hooks without the registry write ran as plain).
-//! But the common edits touch little: a range linked into empty slots of a table that exists,
-//! or unlinked from slots that name it alone without emptying their table. Each such slot goes
-//! from empty to the record or back, so two of them can run side by side when each claims its
-//! slots with a compare-and-swap (`shared.rs`). Every other edit (making or freeing a table, a
-//! shared granule's chain, overlaps, trims, purges, snapshots, the fork handlers) is
+//! But the common edits touch little: a range linked into a table that exists, or unlinked from
+//! one without emptying it, all its slots in that one table. Two such edits of different tables
+//! can run side by side, and two of one table take turns holding it for a few stores
+//! (`shared.rs`, `held.rs`), which lets them rebuild a granule's chain too. Every other edit
+//! (making or freeing a table, overlaps, trims, purges, snapshots, the fork handlers) is
 //! *exclusive*: it takes the writer lock and waits until no shared edit runs.
 //!
 //! A shared edit holds one of [`LANES`] lanes: a flag on a cache line of its own, picked from
 //! the thread's stack address (no thread-local needed; a taken lane sends it to the next few),
-//! with what the lane's owner keeps between its edits: a few spare records (so that claiming one
-//! takes no lock), its counts, the leaf table it last edited, and one it left empty.
+//! with what the lane's owner keeps between its edits: a few spare records and chain buckets (so
+//! that taking one needs no slab, which is the exclusive writer's), its counts, the leaf table
+//! it last edited, and one it left empty.
 //!
 //! The exclusive side is a biased reader-writer lock: it closes the `gate`, then waits for every
 //! lane to be free; a shared edit takes its lane, then checks the gate. Both pairs of accesses
@@ -31,7 +32,7 @@ use crate::atomics::{atomic_array, AtomicPtr, AtomicUsize, Ordering};
 use super::level::Level;
 use super::record::Record;
 use super::slab::Ptr;
-use super::table::{deref, Table, LEAF, SHIFT};
+use super::table::{deref, Bucket, Table, LEAF, SHIFT};
 
 /// Lanes: more than the threads that usually allocate at once on the hosts measured (16 cores).
 #[cfg(not(loom))]
@@ -40,11 +41,18 @@ pub(super) const LANES: usize = 16;
 pub(super) const LANES: usize = 2;
 /// Lanes a thread tries before it takes the exclusive way.
 const PROBES: usize = if LANES < 4 { LANES } else { 4 };
-/// Spare records a lane keeps: 256 bytes a lane with its header.
+/// Spare records a lane keeps, and spare buckets: a shared edit changes at most two granule
+/// chains, each one bucket long, but a thread's live ranges packed by a pool hold a chain
+/// between each two (half the stock covers `torch_threads.py`'s eight tensors). 512 bytes a
+/// lane with its header.
 #[cfg(not(loom))]
-pub(super) const SPARE: usize = 24;
+pub(super) const SPARE: usize = 32;
+#[cfg(not(loom))]
+pub(super) const SPARE_BUCKETS: usize = 23;
 #[cfg(loom)]
 pub(super) const SPARE: usize = 2;
+#[cfg(loom)]
+pub(super) const SPARE_BUCKETS: usize = 3;
 
 /// Gate bits: an exclusive edit runs (or waits for the lanes), and the registry takes no
 /// inserts (closed by `Registry::set_open`).
@@ -69,12 +77,60 @@ pub(super) struct Lane {
     /// a 2 MiB block stays on shared edits).
     emptied: AtomicPtr<Table>,
     emptied_base: AtomicUsize,
-    spares: AtomicUsize,
-    spare: [AtomicPtr<Record>; SPARE],
+    /// Records the lane's inserts fill, and those its removals unlinked (no slot links them).
+    pub(super) recs: Spares<Record, SPARE>,
+    /// Buckets for the granule chains its edits build, and the chains they replaced.
+    pub(super) buckets: Spares<Bucket, SPARE_BUCKETS>,
 }
 
 #[cfg(not(loom))]
-const _: () = assert!(core::mem::size_of::<Lane>() == 256);
+const _: () = assert!(core::mem::size_of::<Lane>() == 512);
+
+/// A lane's stack of spare slab elements, linked nowhere: taken and given by its owner alone,
+/// handed out and taken back by the exclusive holder (`exclusive.rs`).
+pub(super) struct Spares<T, const N: usize> {
+    n: AtomicUsize,
+    items: [AtomicPtr<T>; N],
+}
+
+impl<T, const N: usize> Spares<T, N> {
+    crate::atomics::const_unless_loom! {
+    fn new() -> Self {
+        Spares {
+            n: AtomicUsize::new(0),
+            items: atomic_array![AtomicPtr::new(core::ptr::null_mut()); N],
+        }
+    }
+    }
+
+    /// A spare, if there is one.
+    #[inline(always)]
+    pub(super) fn pop(&self) -> Option<Ptr<T>> {
+        let n = self.n.load(Ordering::Relaxed).checked_sub(1)?;
+        self.n.store(n, Ordering::Relaxed);
+        Ptr::new(self.items[n].load(Ordering::Relaxed))
+    }
+
+    /// Keeps `p` (the caller checked [`Self::room`]).
+    #[inline(always)]
+    pub(super) fn push(&self, p: Ptr<T>) {
+        let n = self.n.load(Ordering::Relaxed);
+        self.items[n].store(p.as_mut_ptr(), Ordering::Relaxed);
+        self.n.store(n + 1, Ordering::Relaxed);
+    }
+
+    /// How many are kept.
+    #[inline(always)]
+    pub(super) fn len(&self) -> usize {
+        self.n.load(Ordering::Relaxed)
+    }
+
+    /// How many more can be kept.
+    #[inline(always)]
+    pub(super) fn room(&self) -> usize {
+        N - self.len()
+    }
+}
 
 /// The lanes and their gate.
 #[repr(C, align(128))]
@@ -96,8 +152,8 @@ impl Lane {
             leaf_base: AtomicUsize::new(0),
             emptied: AtomicPtr::new(core::ptr::null_mut()),
             emptied_base: AtomicUsize::new(0),
-            spares: AtomicUsize::new(0),
-            spare: atomic_array![AtomicPtr::new(core::ptr::null_mut()); SPARE],
+            recs: Spares::new(),
+            buckets: Spares::new(),
         }
     }
     }
@@ -106,39 +162,6 @@ impl Lane {
     #[inline(always)]
     pub(super) fn leave(&self) {
         self.held.store(0, Ordering::Release);
-    }
-
-    /// A spare record, if the lane has one.
-    #[inline(always)]
-    pub(super) fn pop(&self) -> Option<Ptr<Record>> {
-        let n = self.spares.load(Ordering::Relaxed).checked_sub(1)?;
-        self.spares.store(n, Ordering::Relaxed);
-        Ptr::new(self.spare[n].load(Ordering::Relaxed))
-    }
-
-    /// Whether the lane can keep one more spare record.
-    #[inline(always)]
-    pub(super) fn has_room(&self) -> bool {
-        self.spares.load(Ordering::Relaxed) < SPARE
-    }
-
-    /// Whether the lane has a spare record.
-    #[inline(always)]
-    pub(super) fn has_spares(&self) -> bool {
-        self.spares.load(Ordering::Relaxed) != 0
-    }
-
-    /// How many spare records the lane keeps.
-    pub(super) fn spare_count(&self) -> usize {
-        self.spares.load(Ordering::Relaxed)
-    }
-
-    /// Keeps `p` as a spare (the caller checked [`Self::has_room`]).
-    #[inline(always)]
-    pub(super) fn push(&self, p: Ptr<Record>) {
-        let n = self.spares.load(Ordering::Relaxed);
-        self.spare[n].store(p.as_mut_ptr(), Ordering::Relaxed);
-        self.spares.store(n + 1, Ordering::Relaxed);
     }
 
     /// Books a range linked (`bytes` > 0) or unlinked (`bytes` negated) through this lane.
@@ -373,13 +396,12 @@ impl Lanes {
             .any(|l| core::ptr::eq(l.emptied.load(Ordering::Relaxed), t))
     }
 
-    /// Spare records held by all lanes (exclusive holder: the tests' leak checks).
+    /// Spare records and buckets held by all lanes (exclusive holder: the tests' leak checks).
     #[cfg(all(test, not(loom)))]
-    pub(super) fn spares(&self) -> usize {
+    pub(super) fn spares(&self) -> (usize, usize) {
         self.lanes
             .iter()
-            .map(|l| l.spares.load(Ordering::Relaxed))
-            .sum()
+            .fold((0, 0), |(r, b), l| (r + l.recs.len(), b + l.buckets.len()))
     }
 }
 

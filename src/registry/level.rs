@@ -84,14 +84,14 @@ impl<'a> Level<'a> {
     }
 
     /// [`Self::set`] for a caller that has just loaded the slot's value `old` (under the writer
-    /// lock, so it is still there): no second load, and the count's update folds away where
+    /// lock, or holding the table: `held.rs`; so it is still there): no second load, and the count's update folds away where
     /// `old` and `v` are known (the pool cases of `edit.rs`).
     #[inline(always)]
     pub(super) fn replace(&self, i: usize, old: usize, v: usize) {
         if let Some(used) = self.used {
             match (old == EMPTY, v == EMPTY) {
-                (true, false) => used.store(used.load(Relaxed) + 1, Relaxed),
-                (false, true) => used.store(used.load(Relaxed) - 1, Relaxed),
+                (true, false) => count(used, 1, false),
+                (false, true) => count(used, 1, true),
                 _ => {}
             }
         }
@@ -109,55 +109,32 @@ impl<'a> Level<'a> {
             return;
         }
         if let Some(used) = self.used {
-            let u = used.load(Relaxed);
-            used.store(if v == EMPTY { u - n } else { u + n }, Relaxed);
+            count(used, n, v == EMPTY);
         }
         // Release: what `v` points to is complete before a reader can load it.
         self.slots[range].iter().for_each(|s| s.store(v, Release));
     }
+}
 
-    // ------------------------------------------------ shared edits (`shared.rs`)
-
-    /// Claims empty slot `i` for `v` (a complete record) against other shared edits.
-    #[inline(always)]
-    pub(super) fn claim(&self, i: usize, v: usize) -> bool {
-        // Release: the record is complete before a reader can load it.
-        self.slots[i]
-            .compare_exchange(EMPTY, v, Release, Relaxed)
-            .is_ok()
+/// Adds `n` used slots to a table's count, or takes them away (`less`): a load and a store,
+/// since only the exclusive writer or the table's holder changes the count (`held.rs`; a lane
+/// waiting to hold it only sets the bit that is already set). Under loom, read-modify-writes:
+/// its modification order is partial, so a holder's plain store could fall before a waiting
+/// lane's atomic OR there and be lost, which no real machine does.
+#[inline(always)]
+fn count(used: &AtomicUsize, n: usize, less: bool) {
+    #[cfg(not(loom))]
+    {
+        let u = used.load(Relaxed);
+        used.store(if less { u - n } else { u + n }, Relaxed);
     }
-
-    /// Counts `n` more used slots (shared edits: other lanes count at the same time).
-    #[inline(always)]
-    pub(super) fn count_in(&self, n: usize) {
-        if let Some(used) = self.used {
+    #[cfg(loom)]
+    {
+        if less {
+            used.fetch_sub(n, Relaxed);
+        } else {
             used.fetch_add(n, Relaxed);
         }
-    }
-
-    /// Takes `n` from the used count if more than `n` remain, so that a shared unlink never
-    /// empties a table (freeing it is an exclusive edit). False, changing nothing, otherwise.
-    #[inline(always)]
-    pub(super) fn count_out(&self, n: usize) -> bool {
-        let Some(used) = self.used else {
-            return true;
-        };
-        // Taken first and given back if it was the last: another lane's `count_out` may meanwhile
-        // see the count low and fail (it then goes the exclusive way), but none can succeed
-        // wrongly, since a lane only ever lowers what the others read for a moment. One atomic
-        // add instead of a load and a compare-and-swap loop.
-        if used.fetch_sub(n, Relaxed) > n {
-            return true;
-        }
-        used.fetch_add(n, Relaxed);
-        false
-    }
-
-    /// Takes the last `n` from the used count (a shared removal leaving the table empty, noted
-    /// for the next exclusive edit); false, changing nothing, if other slots are used.
-    pub(super) fn count_out_last(&self, n: usize) -> bool {
-        self.used
-            .is_some_and(|u| u.compare_exchange(n, 0, Relaxed, Relaxed).is_ok())
     }
 }
 
@@ -172,4 +149,16 @@ const _: () = assert!(core::mem::offset_of!(Table, used) == 0);
 pub(super) fn all_hold(slots: &[AtomicUsize], v: usize) -> bool {
     let holds = |s: &AtomicUsize| s.load(Relaxed) == v;
     slots.first().is_none_or(holds) && slots.last().is_none_or(holds) && slots.iter().all(holds)
+}
+
+/// The slots strictly between a span's first and last.
+pub(super) fn between(first: usize, last: usize) -> core::ops::Range<usize> {
+    first + 1..last.max(first + 1)
+}
+
+/// A span's end slots, each once.
+pub(super) fn ends(first: usize, last: usize) -> impl Iterator<Item = usize> {
+    [first, last]
+        .into_iter()
+        .take(if first == last { 1 } else { 2 })
 }

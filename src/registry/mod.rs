@@ -28,10 +28,12 @@
 //!   descent.
 //! - Records, tables and chains come from type-stable slabs (`slab.rs`): memory is reused,
 //!   never unmapped, so a reader racing a writer reads stale but valid memory.
-//! - **Writers side by side** (`lanes.rs`, `shared.rs`): the common edits — a range linked
-//!   into empty slots of a table that exists, or unlinked from slots naming it alone — claim
-//!   their slots by compare-and-swap and run at once from many threads, each holding one of 16
-//!   lanes (its spare records, counts and cached leaf). Every other edit is *exclusive*: it
+//! - **Writers side by side** (`lanes.rs`, `shared.rs`, `held.rs`): the common edits — a range
+//!   linked into a table that exists, or unlinked from one it leaves in use, its slots all in
+//!   that table, its end granules possibly shared with neighbours — run at once from many
+//!   threads, each holding one of 16 lanes (its spare records and buckets, counts and cached
+//!   leaf) and, for a few stores, the table it edits (a lock bit in the table's count). Every
+//!   other edit is *exclusive*: it
 //!   takes a spin lock that yields (`crate::locks`; loom's mutex in the models), closes the
 //!   lanes' gate and waits for them to drain. (One writer lock for everything cost 16 threads
 //!   allocating at once ×1.3–1.4 on the H200; alone the registry's writes then took 12.7 µs
@@ -71,6 +73,7 @@ mod edit;
 mod exclusive;
 mod fast;
 mod global;
+mod held;
 mod lanes;
 mod level;
 mod record;

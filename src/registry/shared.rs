@@ -1,24 +1,25 @@
-//! The shared edits (`lanes.rs` says when they run): an insert whose slots all lie empty in a
-//! table that exists, and a removal whose slots all name the range alone and leave their table
-//! in use. Several threads run them at once, each in its own lane: every slot changes by one
-//! compare-and-swap (so two new ranges meeting in a granule cannot both take it: the loser goes
-//! the exclusive way, which builds the granule's chain), and a table's count by an atomic add.
-//! Tables are neither made nor freed here, so every table seen stays linked until the lane is
-//! left. Anything else returns [`Shared::Exclusive`], having changed nothing readers can see.
+//! The shared edits (`lanes.rs` says when they run): an insert whose slots lie in one table that
+//! exists, empty but for the granules at its ends, which may list ranges it does not meet; and
+//! a removal of a range whose slots lie in one table, leaving that table in use (or, once per
+//! lane, a leaf table empty: `Lane::note_emptied`). Several threads run them at once, each in its
+//! own lane, each holding the one table it edits (`held.rs`), so that a granule a neighbour
+//! shares gets its chain rebuilt here too. Tables are neither made nor freed here, so every
+//! table seen stays linked until the lane is left. Anything else returns [`Shared::Exclusive`],
+//! having changed nothing.
 //!
 //! Readers need nothing new: as under the writer lock, each change they can see is one slot
-//! store of a complete record, and a record is only rewritten once no slot links it (a lane
-//! recycles only records it unlinked itself).
+//! store of something complete, and a record or bucket is only rewritten once no slot links it
+//! (a lane recycles only records it unlinked and buckets it replaced itself).
 #![deny(unsafe_code)]
 
-use crate::atomics::Ordering::{Acquire, Relaxed, Release};
+use crate::atomics::Ordering::{Acquire, Relaxed};
 
-use super::edit::locate_from;
+use super::held::{stock, Granule, Held};
 use super::lanes::Lane;
-use super::level::{all_hold, Level};
+use super::level::{all_hold, between, ends, Level};
 use super::record::{Record, RemovedRecord};
 use super::slab::Ptr;
-use super::table::{index, ptr_of, slot_of, tag, target, Table, EMPTY, LEAF, REC, SHIFT, TAB};
+use super::table::{index, ptr_of, slot_of, tag, target, Table, EMPTY, FAN, LEAF, REC, SHIFT, TAB};
 use super::write::rec;
 use super::{Allocation, Registry};
 
@@ -32,12 +33,15 @@ enum Shared {
     Exclusive,
 }
 
+/// The granules at a span's ends as a shared edit will leave them (slot index and content).
+type Ends = [Option<(usize, Granule)>; 2];
+
 impl Registry {
     /// Links `a` (size > 0) as a shared edit and returns its sequence number; otherwise the
     /// record it filled, if any (holding `a` and its number), for the exclusive way to link,
     /// so that numbers follow the order in which inserts began, with none skipped. The pool
-    /// case (one free granule of the lane's leaf) is inlined into the allocation hooks, the
-    /// record filled from their registers.
+    /// case (one granule of the lane's leaf) is inlined into the allocation hooks, the record
+    /// filled from their registers.
     #[inline(always)]
     pub(super) fn insert_shared(&self, a: &Allocation) -> Result<u64, Option<Ptr<Record>>> {
         let Some(lane) = self.lanes.enter() else {
@@ -51,17 +55,22 @@ impl Registry {
     #[inline(always)]
     fn link_in(&self, lane: &Lane, a: &Allocation) -> Result<u64, Option<Ptr<Record>>> {
         let hi = a.start.checked_add(a.size - 1).ok_or(None)?;
-        let p = lane.pop().ok_or(None)?;
+        let p = lane.recs.pop().ok_or(None)?;
         let seq = self.next_seq();
         rec(p).store(&Allocation { seq, ..*a });
-        let v = slot_of(p, REC);
-        let linked = match lane.leaf_granule(a.start, hi) {
-            Some(leaf) if leaf.claim(index(LEAF, a.start), v) => {
-                leaf.count_in(1);
-                true
+        let linked = match lane.leaf_granule(a.start, hi).and_then(Level::hold) {
+            Some(leaf) => {
+                // The pool case: one granule of the lane's leaf, empty or shared.
+                let i = index(LEAF, a.start);
+                let cur = leaf.slots[i].load(Relaxed);
+                if cur == EMPTY {
+                    leaf.replace(i, EMPTY, slot_of(p, REC));
+                    true
+                } else {
+                    join_granule(&leaf, lane, i, cur, p, a.start, hi)
+                }
             }
-            Some(_) => false,
-            None => self.link_span(lane, a.start, hi, v),
+            None => self.link_span(lane, a.start, hi, p),
         };
         if !linked {
             return Err(Some(p));
@@ -70,31 +79,40 @@ impl Registry {
         Ok(seq)
     }
 
-    /// Beyond the pool case: the table holding `[lo, hi]`'s slots, each claimed in turn for the
-    /// slot value `v` (the claims made are undone when one fails).
+    /// Beyond the pool case: the table holding `[lo, hi]`'s slots, held while they are checked
+    /// and written.
     #[inline(never)]
-    fn link_span(&self, lane: &Lane, lo: usize, hi: usize, v: usize) -> bool {
+    fn link_span(&self, lane: &Lane, lo: usize, hi: usize, p: Ptr<Record>) -> bool {
         let Some(at) = self.slots_of(lo, hi) else {
             return false;
         };
         let span = at.span(lo, hi);
+        let (first, last) = (*span.start(), *span.end());
         // Above the leaves a slot holds a record only for a block the range covers whole.
-        let (first, last) = (at.block(*span.start()).0, at.block(*span.end()).1);
-        if at.level != LEAF && (first < lo || last > hi) {
+        if at.level != LEAF && (at.block(first).0 < lo || at.block(last).1 > hi) {
             return false;
         }
-        let slots = &at.slots[span];
-        if !all_hold(slots, EMPTY) {
+        let Some(at) = at.hold() else {
+            return false;
+        };
+        let inner = between(first, last);
+        if !all_hold(&at.slots[inner.clone()], EMPTY) {
             return false;
         }
-        for (k, slot) in slots.iter().enumerate() {
-            // Release: the record is complete before a reader can load it.
-            if slot.compare_exchange(EMPTY, v, Release, Relaxed).is_err() {
-                slots[..k].iter().for_each(|s| s.store(EMPTY, Release));
+        // The ends: empty, or granules it covers in part listing ranges it does not meet.
+        let mut edges: Ends = [None, None];
+        for (k, i) in ends(first, last).enumerate() {
+            let g = Granule::read(at.slots[i].load(Relaxed)).and_then(|g| g.join(p, lo, hi));
+            let Some(g) = g else {
                 return false;
-            }
+            };
+            edges[k] = Some((i, g));
         }
-        at.count_in(slots.len());
+        if !stock(&mut edges, lane) {
+            return false;
+        }
+        at.fill(inner, slot_of(p, REC));
+        store_ends(&at, &edges, lane);
         lane.remember(&at);
         true
     }
@@ -111,7 +129,7 @@ impl Registry {
             *exclusive = true;
             return None;
         };
-        let found = if lane.has_room() {
+        let found = if lane.recs.room() != 0 {
             self.unlink_in(lane, start)
         } else {
             Shared::Exclusive
@@ -129,7 +147,7 @@ impl Registry {
             }
         };
         lane.book(usize::MAX, rec(p).span_size().wrapping_neg());
-        lane.push(p);
+        lane.recs.push(p);
         // Copied last, straight into the caller's value, before the lane (which may reuse the
         // record: no one else can, no slot links it) is left.
         let a = Some(rec(p).take());
@@ -139,78 +157,102 @@ impl Registry {
 
     #[inline(always)]
     fn unlink_in(&self, lane: &Lane, start: usize) -> Shared {
-        let Some(leaf) = lane.leaf_granule(start, start) else {
-            return self.unlink_span(lane, start);
+        let (at, i) = match lane.leaf_granule(start, start) {
+            Some(leaf) => (leaf, index(LEAF, start)),
+            None => match self.slot_for(start) {
+                Some(found) => found,
+                None => return Shared::Absent,
+            },
         };
-        // The pool case: the range alone in its granule of the lane's leaf.
-        let i = index(LEAF, start);
-        let cur = leaf.slots[i].load(Acquire);
-        if tag(cur) != REC {
-            return self.unlink_span(lane, start);
-        }
-        let (lo, hi) = target::<Record>(cur).span();
-        if lo != start || (hi ^ lo) >> SHIFT[LEAF] != 0 {
-            return self.unlink_span(lane, start);
-        }
-        if !leaf.count_out(1) && !self.count_out_last(lane, leaf, 1) {
+        let Some(at) = at.hold() else {
             return Shared::Exclusive;
+        };
+        let cur = at.slots[i].load(Relaxed);
+        if tag(cur) == REC {
+            // The pool case: the range alone in its one granule.
+            let (lo, hi) = target::<Record>(cur).span();
+            if lo == start && (hi ^ lo) >> SHIFT[LEAF] == 0 {
+                if at.used() == 1 && !self.may_empty(lane, &at) {
+                    return Shared::Exclusive;
+                }
+                at.replace(i, cur, EMPTY);
+                return Shared::Done(ptr_of(cur));
+            }
         }
-        if leaf.slots[i]
-            .compare_exchange(cur, EMPTY, Release, Relaxed)
-            .is_err()
-        {
-            leaf.count_in(1);
-            return Shared::Exclusive;
-        }
-        Shared::Done(ptr_of(cur))
+        self.unlink_span(&at, lane, cur, start)
     }
 
-    /// Beyond the pool case: finds the range starting at `start`, then unlinks each of its slots
-    /// (all in one table).
+    /// Beyond the pool case of a removal: `cur`, a slot of held table `at`, is `start`'s and names the range starting there, alone or in a chain (or names none: then
+    /// nothing starts there); unlinks every slot of that range when they all lie in `at`.
     #[inline(never)]
-    fn unlink_span(&self, lane: &Lane, start: usize) -> Shared {
-        // Tables and chains stay as they are while a lane is held: the exclusive writer's walk.
-        let found = self.top_level().and_then(|top| locate_from(top, start));
-        let Some(p) = found.filter(|&p| rec(p).span().0 == start) else {
+    fn unlink_span(&self, at: &Held<'_>, lane: &Lane, cur: usize, start: usize) -> Shared {
+        let Some(listed) = Granule::read(cur) else {
+            // A chain longer than a bucket: searched by the exclusive writer.
+            return Shared::Exclusive;
+        };
+        let Some(p) = listed.find(|q| rec(q).span().0 == start) else {
             return Shared::Absent;
         };
         let (lo, hi) = rec(p).span();
-        let Some(at) = self.slots_of(lo, hi) else {
-            return Shared::Exclusive;
-        };
-        let mine = slot_of(p, REC);
-        let slots = &at.slots[at.span(lo, hi)];
-        let n = slots.len();
-        if !all_hold(slots, mine) || !(at.count_out(n) || self.count_out_last(lane, at, n)) {
+        // Its slots lie here when the range lies in the table's block without covering it whole.
+        let (tlo, thi) = (at.block(0).0, at.block(FAN - 1).1);
+        if lo < tlo || hi > thi || (lo == tlo && hi == thi) {
             return Shared::Exclusive;
         }
-        for (k, slot) in slots.iter().enumerate() {
-            if slot
-                .compare_exchange(mine, EMPTY, Release, Relaxed)
-                .is_err()
-            {
-                // Only a second free of the same range, racing this one, gets here.
-                slots[..k].iter().for_each(|s| s.store(mine, Release));
-                at.count_in(n);
+        let span = at.span(lo, hi);
+        let (first, last) = (*span.start(), *span.end());
+        let inner = between(first, last);
+        if !all_hold(&at.slots[inner.clone()], slot_of(p, REC)) {
+            return Shared::Exclusive;
+        }
+        let mut edges: Ends = [None, None];
+        let mut emptied = inner.len();
+        for (k, e) in ends(first, last).enumerate() {
+            let Some(g) = Granule::read(at.slots[e].load(Relaxed)).and_then(|g| g.leave(p)) else {
                 return Shared::Exclusive;
-            }
+            };
+            emptied += usize::from(g.empties());
+            edges[k] = Some((e, g));
         }
-        lane.remember(&at);
+        // (A table noted as emptied by an edit that then goes the exclusive way is harmless:
+        // the exclusive writer frees only a table it finds empty.)
+        if (at.used() == emptied && !self.may_empty(lane, at)) || !stock(&mut edges, lane) {
+            return Shared::Exclusive;
+        }
+        at.fill(inner, EMPTY);
+        store_ends(at, &edges, lane);
+        lane.remember(at);
         Shared::Done(p)
     }
 
-    /// A removal of `at`'s last `n` used slots: allowed once per lane until an exclusive edit
-    /// frees the table (or finds a range back in it), so that a thread allocating and freeing
-    /// alone in a 2 MiB block does not take the exclusive way twice per pair.
+    /// Whether a shared removal through `lane` may leave table `at` empty: a leaf, once per
+    /// lane until an exclusive edit frees it (or finds a range back in it), so that a thread
+    /// allocating and freeing alone in a 2 MiB block does not take the exclusive way twice per
+    /// pair. Noted for the next exclusive edit when it may (the caller then empties it).
     #[cold]
     #[inline(never)]
-    fn count_out_last(&self, lane: &Lane, at: Level<'_>, n: usize) -> bool {
-        // By value: a borrowed level kept the pool case's copy on the stack on every removal.
-        if !lane.may_empty(&at) || !at.count_out_last(n) {
+    fn may_empty(&self, lane: &Lane, at: &Level<'_>) -> bool {
+        if !lane.may_empty(at) {
             return false;
         }
-        self.lanes.note_emptied(lane, &at);
+        self.lanes.note_emptied(lane, at);
         true
+    }
+
+    /// The table holding the slot for `addr` (the first slot on the way down that links no
+    /// table) and its index; `None` when that slot is empty (no range holds `addr`). Tables stay
+    /// as they are while a lane is held, so the way down needs no table held.
+    fn slot_for(&self, addr: usize) -> Option<(Level<'_>, usize)> {
+        let mut at = self.top_level()?;
+        loop {
+            let i = *at.span(addr, addr).start();
+            let cur = at.slots[i].load(Acquire);
+            match tag(cur) {
+                TAB => at = Level::child(target::<Table>(cur), at.level + 1, at.block(i).0),
+                EMPTY => return None,
+                _ => return Some((at, i)),
+            }
+        }
     }
 
     /// The table where `[lo, hi]`'s slots lie (the way down while one slot holds all of it, and
@@ -233,5 +275,36 @@ impl Registry {
     /// The top table as a level, once there is one.
     fn top_level(&self) -> Option<Level<'_>> {
         super::table::deref(self.read.top.load(Acquire)).map(Level::top)
+    }
+}
+
+/// The pool case of an insert when its granule is not empty: the granule's chain rebuilt with
+/// the new range, if the ranges there do not meet it.
+#[cold]
+#[inline(never)]
+fn join_granule(
+    at: &Held<'_>,
+    lane: &Lane,
+    i: usize,
+    cur: usize,
+    p: Ptr<Record>,
+    lo: usize,
+    hi: usize,
+) -> bool {
+    let Some(g) = Granule::read(cur).and_then(|g| g.join(p, lo, hi)) else {
+        return false;
+    };
+    let mut edges: Ends = [Some((i, g)), None];
+    if !stock(&mut edges, lane) {
+        return false;
+    }
+    store_ends(at, &edges, lane);
+    true
+}
+
+/// Stores each end granule's new content (the lane stocked for them: [`stock`]).
+fn store_ends(at: &Held<'_>, edges: &Ends, lane: &Lane) {
+    for (i, g) in edges.iter().flatten() {
+        g.store(at, *i, lane);
     }
 }

@@ -17,7 +17,8 @@
 //! (tag bits aside) at an element of a slab of the type its tag names, owned by the same
 //! registry; slab memory lives until the registry drops. Slab elements are all atomics, so any
 //! contents are valid to read; readers validate what they read (record and bucket versions) and
-//! otherwise start again. Only the writer stores slot values (`edit.rs`, under the writer lock).
+//! otherwise start again. Only writers store slot values: the exclusive writer (`edit.rs`, under
+//! the writer lock) or a shared edit holding the slot's table (`shared.rs`, `held.rs`).
 #![allow(unsafe_code)]
 
 use crate::atomics::{

@@ -49,7 +49,8 @@ pub(super) struct Writer {
     /// A shared granule's ranges being rebuilt (scratch).
     pub(super) granule: Vec<Ptr<Record>>,
     /// The most ranges a shared granule has listed: bounds the chain an edit may build, so that
-    /// an edit can ask for its room before it changes anything.
+    /// an edit can ask for its room before it changes anything. Never below one bucket's worth,
+    /// the most a shared edit's chain lists (`held.rs`), which no exclusive edit sees built.
     pub(super) widest: usize,
     /// The level-1 table readers may start from (`ReadSide::hint`), set when one is linked.
     pub(super) hint: Option<Ptr<Table>>,
@@ -120,7 +121,7 @@ impl Writer {
             live: 0,
             missed: 0,
             granule: Vec::new(),
-            widest: 0,
+            widest: BUCKET_CAP,
             leaf: None,
             hint: None,
             near: None,

@@ -394,17 +394,8 @@ fn registry_removed_record_keeps_every_field() {
 /// in allocation order (a Python list freed) and then in reverse, leaves the others intact.
 #[test]
 fn registry_pool_packed_ranges_sharing_end_granules() {
-    const SIZES: [usize; 8] = [256, 4096, 65536, 1 << 20, 512, 16384, 262144, 2048];
     let r = Registry::new();
-    // Each range at the next 512-byte boundary after the last, from 1.5 KiB into a granule.
-    let ranges: Vec<(usize, usize)> = SIZES
-        .iter()
-        .scan(0x7f12_3400_0000 + 3 * 512, |next, &size| {
-            let start = *next;
-            *next += size.next_multiple_of(512);
-            Some((start, size))
-        })
-        .collect();
+    let ranges = torch_packed();
     let at = ranges
         .last()
         .map_or(0, |&(start, size)| start + size.next_multiple_of(512));
@@ -441,4 +432,53 @@ fn registry_pool_packed_ranges_sharing_end_granules() {
         }
         assert!(r.is_empty());
     }
+}
+
+/// `torch_threads.py`'s tensor sizes as PyTorch's `cudaMallocAsync` pool hands them out: each
+/// at the next 512-byte boundary after the last, from 1.5 KiB into a granule, so that most
+/// ranges share their end granules with a neighbour.
+fn torch_packed() -> Vec<(usize, usize)> {
+    const SIZES: [usize; 8] = [256, 4096, 65536, 1 << 20, 512, 16384, 262144, 2048];
+    SIZES
+        .iter()
+        .scan(0x7f12_3400_0000 + 3 * 512, |next, &size| {
+            let start = *next;
+            *next += size.next_multiple_of(512);
+            Some((start, size))
+        })
+        .collect()
+}
+
+/// Issue 36: once the leaf exists and the thread's lane is stocked, the packed ranges'
+/// inserts and removals (granules shared with a neighbour: chains built and taken apart) are
+/// all shared edits, in either order. Before the shared edits could rebuild a chain, most of
+/// these went the exclusive way (closing every thread's lanes); this fails then.
+#[test]
+fn registry_packed_pool_edits_stay_shared() {
+    use super::super::exclusive::EXCLUSIVE_EDITS;
+    let r = Registry::new();
+    let ranges = torch_packed();
+    let round = |reverse: bool| {
+        for (k, &(start, size)) in ranges.iter().enumerate() {
+            assert_eq!(r.insert(alloc(start, size, k as u64)).overwritten, 0);
+        }
+        let order: Vec<_> = if reverse {
+            ranges.iter().rev().collect()
+        } else {
+            ranges.iter().collect()
+        };
+        for &&(start, size) in &order {
+            assert_eq!(r.remove_allocation(start).map(|a| a.size), Some(size));
+        }
+    };
+    // The first rounds make the tables and stock the lane.
+    round(false);
+    round(true);
+    EXCLUSIVE_EDITS.set(0);
+    for k in 0..50 {
+        round(k % 2 == 1);
+    }
+    assert_eq!(EXCLUSIVE_EDITS.get(), 0, "exclusive edits in 50 rounds");
+    r.check();
+    assert!(r.is_empty());
 }

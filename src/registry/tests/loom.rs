@@ -312,8 +312,8 @@ fn loom_shared_inserts_side_by_side() {
     });
 }
 
-/// Two new ranges meeting in one granule, inserted at once: only one can take the empty slot;
-/// the other must go the exclusive way and build the granule's chain, not overwrite it.
+/// Two new ranges meeting in one granule, inserted at once: they take turns holding the leaf
+/// (`held.rs`), the second building the granule's chain with the first, not overwriting it.
 #[test]
 fn loom_shared_inserts_into_one_granule() {
     model_one_preemption(|| {
@@ -351,5 +351,61 @@ fn loom_shared_insert_against_a_table_being_freed() {
         let all = reg.snapshot();
         assert_eq!(all.len(), 1, "{all:?}");
         assert_eq!((reg.len(), reg.live_bytes()), (1, G));
+    });
+}
+
+/// A lane rebuilds a granule's chain (a range joining a neighbour, then leaving again: the
+/// chain's bucket goes back to the lane's spares and may be rewritten by its next chain) while
+/// a reader looks the neighbour up: it is found every time, whole.
+#[test]
+fn loom_chain_rebuilt_by_a_lane_keeps_the_neighbour_found() {
+    model(|| {
+        let (reg, _) = primed();
+        let stays = range(2 * G, G / 4, 4);
+        let comes = range(2 * G + G / 2, G / 4, 5);
+        reg.insert(stays);
+        let w = reg.clone();
+        let writer = thread::spawn(move || {
+            w.insert(comes);
+            assert!(same(&w.remove_allocation(comes.start).unwrap(), &comes));
+            w.insert(comes);
+        });
+        let got = reg.lookup(2 * G + 1).expect("the neighbour was lost");
+        assert!(same(&got, &stays), "torn record: {got:?}");
+        writer.join().unwrap();
+        assert!(same(&reg.lookup(2 * G + G / 2).unwrap(), &comes));
+        assert_eq!(reg.snapshot().len(), 3);
+    });
+}
+
+/// Two lanes edit one granule at once: one range joins it while its neighbour there is freed
+/// (a chain built against a record unlinked, in either order), and a reader looks the joining
+/// one up. The joiner is found whole or not at all while it runs, and afterwards alone in the
+/// granule, the freed range gone and the counts exact.
+#[test]
+fn loom_shared_join_against_the_neighbour_leaving() {
+    model_one_preemption(|| {
+        let (reg, keep) = primed();
+        let leaves = range(2 * G, G / 4, 2);
+        let joins = range(2 * G + G / 2, G / 4, 3);
+        reg.insert(leaves);
+        let (r, w) = (reg.clone(), reg.clone());
+        let reader = thread::spawn(move || {
+            if let Some(got) = r.lookup(2 * G + G / 2 + 1) {
+                assert!(same(&got, &joins), "torn record: {got:?}");
+            }
+        });
+        let writer = thread::spawn(move || {
+            w.insert(joins);
+        });
+        assert!(same(&reg.remove_allocation(2 * G).unwrap(), &leaves));
+        writer.join().unwrap();
+        reader.join().unwrap();
+        assert!(reg.lookup(2 * G).is_none());
+        assert!(same(&reg.lookup(2 * G + G / 2).unwrap(), &joins));
+        let all = reg.snapshot();
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert!(same(&all[0], &keep) && same(&all[1], &joins), "{all:?}");
+        assert_eq!((reg.len(), reg.live_bytes()), (2, G + G / 4));
     });
 }
