@@ -30,8 +30,9 @@ use super::slab::Ptr;
 use super::table::{ptr_of, slot_of, tag, target, Bucket, BUCKET, BUCKET_CAP, EMPTY, REC};
 use super::write::rec;
 
-/// The bit of a table's count that says a shared edit holds the table.
-const HELD: usize = 1 << (usize::BITS - 1);
+/// The bit of a table's count that says a shared edit holds the table. Not the top bit: x86
+/// then takes it with one `lock bts` (a sign test made the compiler loop on a compare-and-swap).
+const HELD: usize = 1 << (usize::BITS - 2);
 
 /// A table a shared edit holds: its slots change only through the holder until it is dropped.
 /// The count keeps the [`HELD`] bit while held, so [`Level::set`] and [`Level::fill`] count
@@ -93,10 +94,10 @@ impl<'a> core::ops::Deref for Held<'a> {
 }
 
 impl Held<'_> {
-    /// The table's used slots.
+    /// Whether the table uses exactly `n` slots (one comparison with the bit kept).
     #[inline(always)]
-    pub(super) fn used(&self) -> usize {
-        self.used.load(Relaxed) & !HELD
+    pub(super) fn uses(&self, n: usize) -> bool {
+        self.used.load(Relaxed) == n | HELD
     }
 }
 

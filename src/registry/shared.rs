@@ -58,29 +58,26 @@ impl Registry {
         let p = lane.recs.pop().ok_or(None)?;
         let seq = self.next_seq();
         rec(p).store(&Allocation { seq, ..*a });
-        let linked = match lane.leaf_granule(a.start, hi).and_then(Level::hold) {
-            Some(leaf) => {
-                // The pool case: one granule of the lane's leaf, empty or shared.
-                let i = index(LEAF, a.start);
-                let cur = leaf.slots[i].load(Relaxed);
-                if cur == EMPTY {
-                    leaf.replace(i, EMPTY, slot_of(p, REC));
-                    true
-                } else {
-                    join_granule(&leaf, lane, i, cur, p, a.start, hi)
-                }
+        let mut linked = false;
+        if let Some(leaf) = lane.leaf_granule(a.start, hi).and_then(Level::hold) {
+            // The pool case: an empty granule of the lane's leaf.
+            let i = index(LEAF, a.start);
+            if leaf.slots[i].load(Relaxed) == EMPTY {
+                leaf.replace(i, EMPTY, slot_of(p, REC));
+                linked = true;
             }
-            None => self.link_span(lane, a.start, hi, p),
-        };
-        if !linked {
+        }
+        // Otherwise held again there, out of line: the held table kept across a call cost the
+        // pool case its copy on the stack.
+        if !linked && !self.link_span(lane, a.start, hi, p) {
             return Err(Some(p));
         }
         lane.book(1, a.size);
         Ok(seq)
     }
 
-    /// Beyond the pool case: the table holding `[lo, hi]`'s slots, held while they are checked
-    /// and written.
+    /// Beyond the pool case (or a granule of the lane's leaf that a neighbour shares): the table
+    /// holding `[lo, hi]`'s slots, held while they are checked and written.
     #[inline(never)]
     fn link_span(&self, lane: &Lane, lo: usize, hi: usize, p: Ptr<Record>) -> bool {
         let Some(at) = self.slots_of(lo, hi) else {
@@ -157,36 +154,37 @@ impl Registry {
 
     #[inline(always)]
     fn unlink_in(&self, lane: &Lane, start: usize) -> Shared {
-        let (at, i) = match lane.leaf_granule(start, start) {
-            Some(leaf) => (leaf, index(LEAF, start)),
-            None => match self.slot_for(start) {
-                Some(found) => found,
-                None => return Shared::Absent,
-            },
+        if let Some(leaf) = lane.leaf_granule(start, start).and_then(Level::hold) {
+            // The pool case: the range alone in its one granule of the lane's leaf.
+            let i = index(LEAF, start);
+            let cur = leaf.slots[i].load(Relaxed);
+            if tag(cur) == REC {
+                let (lo, hi) = target::<Record>(cur).span();
+                if lo == start && (hi ^ lo) >> SHIFT[LEAF] == 0 {
+                    if leaf.uses(1) && !self.may_empty(lane, *leaf) {
+                        return Shared::Exclusive;
+                    }
+                    leaf.replace(i, cur, EMPTY);
+                    return Shared::Done(ptr_of(cur));
+                }
+            }
+        }
+        // Otherwise held again there, out of line (as for inserts).
+        self.unlink_span(lane, start)
+    }
+
+    /// Beyond the pool case of a removal: the table holding `start`'s slot, held; the range
+    /// starting there, alone in the slot or in its chain, unlinked from every slot when they all
+    /// lie in that table.
+    #[inline(never)]
+    fn unlink_span(&self, lane: &Lane, start: usize) -> Shared {
+        let Some((at, i)) = self.slot_for(start) else {
+            return Shared::Absent;
         };
         let Some(at) = at.hold() else {
             return Shared::Exclusive;
         };
-        let cur = at.slots[i].load(Relaxed);
-        if tag(cur) == REC {
-            // The pool case: the range alone in its one granule.
-            let (lo, hi) = target::<Record>(cur).span();
-            if lo == start && (hi ^ lo) >> SHIFT[LEAF] == 0 {
-                if at.used() == 1 && !self.may_empty(lane, &at) {
-                    return Shared::Exclusive;
-                }
-                at.replace(i, cur, EMPTY);
-                return Shared::Done(ptr_of(cur));
-            }
-        }
-        self.unlink_span(&at, lane, cur, start)
-    }
-
-    /// Beyond the pool case of a removal: `cur`, a slot of held table `at`, is `start`'s and names the range starting there, alone or in a chain (or names none: then
-    /// nothing starts there); unlinks every slot of that range when they all lie in `at`.
-    #[inline(never)]
-    fn unlink_span(&self, at: &Held<'_>, lane: &Lane, cur: usize, start: usize) -> Shared {
-        let Some(listed) = Granule::read(cur) else {
+        let Some(listed) = Granule::read(at.slots[i].load(Relaxed)) else {
             // A chain longer than a bucket: searched by the exclusive writer.
             return Shared::Exclusive;
         };
@@ -216,12 +214,12 @@ impl Registry {
         }
         // (A table noted as emptied by an edit that then goes the exclusive way is harmless:
         // the exclusive writer frees only a table it finds empty.)
-        if (at.used() == emptied && !self.may_empty(lane, at)) || !stock(&mut edges, lane) {
+        if (at.uses(emptied) && !self.may_empty(lane, *at)) || !stock(&mut edges, lane) {
             return Shared::Exclusive;
         }
         at.fill(inner, EMPTY);
-        store_ends(at, &edges, lane);
-        lane.remember(at);
+        store_ends(&at, &edges, lane);
+        lane.remember(&at);
         Shared::Done(p)
     }
 
@@ -231,11 +229,12 @@ impl Registry {
     /// pair. Noted for the next exclusive edit when it may (the caller then empties it).
     #[cold]
     #[inline(never)]
-    fn may_empty(&self, lane: &Lane, at: &Level<'_>) -> bool {
-        if !lane.may_empty(at) {
+    fn may_empty(&self, lane: &Lane, at: Level<'_>) -> bool {
+        // By value: a borrowed level kept the pool case's copy on the stack on every removal.
+        if !lane.may_empty(&at) {
             return false;
         }
-        self.lanes.note_emptied(lane, at);
+        self.lanes.note_emptied(lane, &at);
         true
     }
 
@@ -276,30 +275,6 @@ impl Registry {
     fn top_level(&self) -> Option<Level<'_>> {
         super::table::deref(self.read.top.load(Acquire)).map(Level::top)
     }
-}
-
-/// The pool case of an insert when its granule is not empty: the granule's chain rebuilt with
-/// the new range, if the ranges there do not meet it.
-#[cold]
-#[inline(never)]
-fn join_granule(
-    at: &Held<'_>,
-    lane: &Lane,
-    i: usize,
-    cur: usize,
-    p: Ptr<Record>,
-    lo: usize,
-    hi: usize,
-) -> bool {
-    let Some(g) = Granule::read(cur).and_then(|g| g.join(p, lo, hi)) else {
-        return false;
-    };
-    let mut edges: Ends = [Some((i, g)), None];
-    if !stock(&mut edges, lane) {
-        return false;
-    }
-    store_ends(at, &edges, lane);
-    true
 }
 
 /// Stores each end granule's new content (the lane stocked for them: [`stock`]).
