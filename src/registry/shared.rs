@@ -19,7 +19,9 @@ use super::lanes::Lane;
 use super::level::{all_hold, between, ends, Level};
 use super::record::{Record, RemovedRecord};
 use super::slab::Ptr;
-use super::table::{index, ptr_of, slot_of, tag, target, Table, EMPTY, FAN, LEAF, REC, SHIFT, TAB};
+use super::table::{
+    index, ptr_of, slot_of, tag, target, Table, EMPTY, FAN, LEAF, NEAR, REC, SHIFT, TAB,
+};
 use super::write::rec;
 use super::{Allocation, Registry};
 
@@ -77,7 +79,8 @@ impl Registry {
     }
 
     /// Beyond the pool case (or a granule of the lane's leaf that a neighbour shares): the table
-    /// holding `[lo, hi]`'s slots, held while they are checked and written.
+    /// holding `[lo, hi]`'s slots, held while they are checked and written; or the two leaf
+    /// tables a range crossing a 2 MiB boundary lies in.
     #[inline(never)]
     fn link_span(&self, lane: &Lane, lo: usize, hi: usize, p: Ptr<Record>) -> bool {
         let Some(at) = self.slots_of(lo, hi) else {
@@ -85,32 +88,63 @@ impl Registry {
         };
         let span = at.span(lo, hi);
         let (first, last) = (*span.start(), *span.end());
-        // Above the leaves a slot holds a record only for a block the range covers whole.
-        if at.level != LEAF && (at.block(first).0 < lo || at.block(last).1 > hi) {
-            return false;
+        let partial = at.block(first).0 < lo || at.block(last).1 > hi;
+        if at.level != LEAF && partial {
+            // Above the leaves a slot holds a record only for a block the range covers whole;
+            // but two leaves side by side hold a range that crosses between them.
+            return self.link_across(lane, at, first, last, lo, hi, p);
         }
         let Some(at) = at.hold() else {
             return false;
         };
-        let inner = between(first, last);
-        if !all_hold(&at.slots[inner.clone()], EMPTY) {
+        let Some(mut part) = Part::link(&at, lo, hi, p) else {
+            return false;
+        };
+        if !stock(&mut part.edges, lane) {
             return false;
         }
-        // The ends: empty, or granules it covers in part listing ranges it does not meet.
-        let mut edges: Ends = [None, None];
-        for (k, i) in ends(first, last).enumerate() {
-            let g = Granule::read(at.slots[i].load(Relaxed)).and_then(|g| g.join(p, lo, hi));
-            let Some(g) = g else {
-                return false;
-            };
-            edges[k] = Some((i, g));
-        }
-        if !stock(&mut edges, lane) {
-            return false;
-        }
-        at.fill(inner, slot_of(p, REC));
-        store_ends(&at, &edges, lane);
+        part.make(&at, slot_of(p, REC), lane);
         lane.remember(&at);
+        true
+    }
+
+    /// A range crossing from one leaf table into the next, covering neither whole (slots
+    /// `first` and `last` of level-[`NEAR`] table `at`): both leaves held, the lower first (no
+    /// edit holds two tables the other way round, so none waits for the other).
+    #[allow(clippy::too_many_arguments)]
+    fn link_across(
+        &self,
+        lane: &Lane,
+        at: Level<'_>,
+        first: usize,
+        last: usize,
+        lo: usize,
+        hi: usize,
+        p: Ptr<Record>,
+    ) -> bool {
+        if at.level != NEAR
+            || last != first + 1
+            || at.block(first).0 >= lo
+            || at.block(last).1 <= hi
+        {
+            return false;
+        }
+        let (Some(a), Some(b)) = (leaf_of(at, first), leaf_of(at, last)) else {
+            return false;
+        };
+        let (Some(a), Some(b)) = (a.hold(), b.hold()) else {
+            return false;
+        };
+        let (Some(pa), Some(pb)) = (Part::link(&a, lo, hi, p), Part::link(&b, lo, hi, p)) else {
+            return false;
+        };
+        let Some((pa, pb)) = stock_both(pa, pb, lane) else {
+            return false;
+        };
+        let v = slot_of(p, REC);
+        pa.make(&a, v, lane);
+        pb.make(&b, v, lane);
+        lane.remember(&b);
         true
     }
 
@@ -194,32 +228,67 @@ impl Registry {
         let (lo, hi) = rec(p).span();
         // Its slots lie here when the range lies in the table's block without covering it whole.
         let (tlo, thi) = (at.block(0).0, at.block(FAN - 1).1);
-        if lo < tlo || hi > thi || (lo == tlo && hi == thi) {
+        if lo < tlo || (lo == tlo && hi == thi) {
             return Shared::Exclusive;
         }
-        let span = at.span(lo, hi);
-        let (first, last) = (*span.start(), *span.end());
-        let inner = between(first, last);
-        if !all_hold(&at.slots[inner.clone()], slot_of(p, REC)) {
+        if hi > thi {
+            return self.unlink_across(lane, at, lo, hi, p);
+        }
+        let Some(mut part) = Part::unlink(&at, lo, hi, p) else {
             return Shared::Exclusive;
-        }
-        let mut edges: Ends = [None, None];
-        let mut emptied = inner.len();
-        for (k, e) in ends(first, last).enumerate() {
-            let Some(g) = Granule::read(at.slots[e].load(Relaxed)).and_then(|g| g.leave(p)) else {
-                return Shared::Exclusive;
-            };
-            emptied += usize::from(g.empties());
-            edges[k] = Some((e, g));
-        }
+        };
         // (A table noted as emptied by an edit that then goes the exclusive way is harmless:
         // the exclusive writer frees only a table it finds empty.)
-        if (at.uses(emptied) && !self.may_empty(lane, *at)) || !stock(&mut edges, lane) {
+        if (at.uses(part.emptied) && !self.may_empty(lane, *at)) || !stock(&mut part.edges, lane) {
             return Shared::Exclusive;
         }
-        at.fill(inner, EMPTY);
-        store_ends(&at, &edges, lane);
+        part.make(&at, EMPTY, lane);
         lane.remember(&at);
+        Shared::Done(p)
+    }
+
+    /// A removal of `p` (over `[lo, hi]`), which starts in held leaf table `a` and ends in the
+    /// next one, covering neither whole: the next one held too (the lower first, as
+    /// [`Self::link_across`]); neither may be left empty.
+    #[cold]
+    #[inline(never)]
+    fn unlink_across(
+        &self,
+        lane: &Lane,
+        a: Held<'_>,
+        lo: usize,
+        hi: usize,
+        p: Ptr<Record>,
+    ) -> Shared {
+        let Some(at) = self.slots_of(lo, hi) else {
+            return Shared::Exclusive;
+        };
+        let span = at.span(lo, hi);
+        let (first, last) = (*span.start(), *span.end());
+        if a.level != LEAF
+            || at.level != NEAR
+            || last != first + 1
+            || at.block(first).0 != a.base
+            || at.block(last).1 <= hi
+        {
+            return Shared::Exclusive;
+        }
+        let Some(b) = leaf_of(at, last).and_then(Level::hold) else {
+            return Shared::Exclusive;
+        };
+        let (Some(pa), Some(pb)) = (Part::unlink(&a, lo, hi, p), Part::unlink(&b, lo, hi, p))
+        else {
+            return Shared::Exclusive;
+        };
+        if a.uses(pa.emptied) || b.uses(pb.emptied) {
+            return Shared::Exclusive;
+        }
+        let Some((pa, pb)) = stock_both(pa, pb, lane) else {
+            return Shared::Exclusive;
+        };
+        pa.make(&a, EMPTY, lane);
+        pb.make(&b, EMPTY, lane);
+        lane.remember(&a);
         Shared::Done(p)
     }
 
@@ -282,4 +351,87 @@ fn store_ends(at: &Held<'_>, edges: &Ends, lane: &Lane) {
     for (i, g) in edges.iter().flatten() {
         g.store(at, *i, lane);
     }
+}
+
+/// One table's share of a shared edit, checked and not yet made: the slots strictly between
+/// its ends, and its end granules as they will be.
+struct Part {
+    inner: core::ops::Range<usize>,
+    edges: Ends,
+    /// Slots the edit empties (removals).
+    emptied: usize,
+}
+
+impl Part {
+    /// Linking `p` over `[lo, hi]` in held table `at` (the slots of it that lie there): the
+    /// slots between its ends empty, the ends empty or granules it covers in part listing
+    /// ranges it does not meet.
+    fn link(at: &Held<'_>, lo: usize, hi: usize, p: Ptr<Record>) -> Option<Part> {
+        let span = at.span(lo, hi);
+        let (first, last) = (*span.start(), *span.end());
+        let inner = between(first, last);
+        if !all_hold(&at.slots[inner.clone()], EMPTY) {
+            return None;
+        }
+        let mut edges: Ends = [None, None];
+        for (k, i) in ends(first, last).enumerate() {
+            let g = Granule::read(at.slots[i].load(Relaxed)).and_then(|g| g.join(p, lo, hi))?;
+            edges[k] = Some((i, g));
+        }
+        Some(Part {
+            inner,
+            edges,
+            emptied: 0,
+        })
+    }
+
+    /// Unlinking `p` (over `[lo, hi]`) from held table `at`: the slots between its ends name it
+    /// alone, its end granules list it.
+    fn unlink(at: &Held<'_>, lo: usize, hi: usize, p: Ptr<Record>) -> Option<Part> {
+        let span = at.span(lo, hi);
+        let (first, last) = (*span.start(), *span.end());
+        let inner = between(first, last);
+        if !all_hold(&at.slots[inner.clone()], slot_of(p, REC)) {
+            return None;
+        }
+        let mut edges: Ends = [None, None];
+        let mut emptied = inner.len();
+        for (k, e) in ends(first, last).enumerate() {
+            let g = Granule::read(at.slots[e].load(Relaxed)).and_then(|g| g.leave(p))?;
+            emptied += usize::from(g.empties());
+            edges[k] = Some((e, g));
+        }
+        Some(Part {
+            inner,
+            edges,
+            emptied,
+        })
+    }
+
+    /// Makes the edit in `at`: `v` (the record, or EMPTY) between the ends, the ends as
+    /// planned (the lane stocked for them: [`stock`]).
+    fn make(&self, at: &Held<'_>, v: usize, lane: &Lane) {
+        at.fill(self.inner.clone(), v);
+        store_ends(at, &self.edges, lane);
+    }
+}
+
+/// The leaf table slot `i` of level-[`NEAR`] table `at` links, if it links one.
+fn leaf_of<'a>(at: Level<'a>, i: usize) -> Option<Level<'a>> {
+    let cur = at.slots[i].load(Acquire);
+    (tag(cur) == TAB).then(|| Level::child(target::<Table>(cur), LEAF, at.block(i).0))
+}
+
+/// [`stock`] for the ends of two tables' parts at once (all or nothing).
+fn stock_both(mut a: Part, mut b: Part, lane: &Lane) -> Option<(Part, Part)> {
+    let [a0, a1] = core::mem::take(&mut a.edges);
+    let [b0, b1] = core::mem::take(&mut b.edges);
+    let mut all = [a0, a1, b0, b1];
+    if !stock(&mut all, lane) {
+        return None;
+    }
+    let [a0, a1, b0, b1] = all;
+    a.edges = [a0, a1];
+    b.edges = [b0, b1];
+    Some((a, b))
 }

@@ -385,3 +385,71 @@ fn shared_and_exclusive_writers(threads: usize) {
     assert_eq!(reg.len(), 4 * groups, "{:?}", reg.snapshot());
     reg.check();
 }
+
+/// Ranges crossing 2 MiB boundaries, inserted and removed by shared edits that hold both leaf
+/// tables (the lower first), from threads whose boundaries are neighbours: each leaf is the
+/// upper table of one thread's edits and the lower of the next one's, with a small range of its
+/// own packed into the same end granules. Each thread checks its ranges found whole until
+/// removed and gone after; the structure is exact at the end. A lock order that differed
+/// between the two kinds of edit would hang here.
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "timed stress: too slow interpreted (the loom models cover the race)"
+)]
+fn registry_ranges_across_leaves_side_by_side() {
+    const LEAF: usize = 1 << 21;
+    const THREADS: usize = 4;
+    let reg = Registry::new();
+    reg.prime();
+    // One range in the middle of each leaf keeps it in use.
+    for b in 0..=THREADS {
+        reg.insert(Allocation::new(BASE + b * LEAF + LEAF / 2, 4096, c"keep"));
+    }
+    let stop = AtomicBool::new(false);
+    let ops = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (reg, stop, ops) = (&reg, &stop, &ops);
+            s.spawn(move || {
+                let boundary = BASE + (t + 1) * LEAF;
+                let mut rng = Rng(0x00ac_ce55 + t as u64);
+                let mut n = 0u64;
+                while !stop.load(Relaxed) {
+                    // Across the boundary, and a neighbour in its lower end granule.
+                    let below = 512 * (1 + rng.below(6) as usize);
+                    let across = (
+                        boundary - 4096 - below,
+                        4096 + below + 512 * rng.below(7) as usize,
+                    );
+                    let beside = (across.0 - 512, 512);
+                    for (start, size) in [across, beside] {
+                        assert!(reg
+                            .insert(Allocation::new(start, size, c"across"))
+                            .seq
+                            .is_some());
+                    }
+                    for (start, size) in [across, beside] {
+                        let got = reg.lookup(start + size - 1).expect("own range found");
+                        assert_eq!((got.start, got.size), (start, size));
+                    }
+                    for (start, size) in [beside, across] {
+                        let gone = reg.remove_allocation(start).expect("own range removed");
+                        assert_eq!((gone.start, gone.size), (start, size));
+                        assert!(
+                            reg.lookup(start + size - 1).is_none(),
+                            "removed range found"
+                        );
+                    }
+                    n += 1;
+                }
+                ops.fetch_add(n, Relaxed);
+            });
+        }
+        std::thread::sleep(Duration::from_millis(800));
+        stop.store(true, Relaxed);
+    });
+    assert!(ops.load(Relaxed) > 1000, "rounds: {}", ops.load(Relaxed));
+    assert_eq!(reg.len(), THREADS + 1);
+    reg.check();
+}

@@ -438,10 +438,15 @@ fn registry_pool_packed_ranges_sharing_end_granules() {
 /// at the next 512-byte boundary after the last, from 1.5 KiB into a granule, so that most
 /// ranges share their end granules with a neighbour.
 fn torch_packed() -> Vec<(usize, usize)> {
+    torch_packed_from(0x7f12_3400_0000)
+}
+
+/// [`torch_packed`] from `base` (its first range 1.5 KiB past it).
+fn torch_packed_from(base: usize) -> Vec<(usize, usize)> {
     const SIZES: [usize; 8] = [256, 4096, 65536, 1 << 20, 512, 16384, 262144, 2048];
     SIZES
         .iter()
-        .scan(0x7f12_3400_0000 + 3 * 512, |next, &size| {
+        .scan(base + 3 * 512, |next, &size| {
             let start = *next;
             *next += size.next_multiple_of(512);
             Some((start, size))
@@ -455,9 +460,34 @@ fn torch_packed() -> Vec<(usize, usize)> {
 /// these went the exclusive way (closing every thread's lanes); this fails then.
 #[test]
 fn registry_packed_pool_edits_stay_shared() {
+    packed_edits_stay_shared(torch_packed());
+}
+
+/// The same with the pool's blocks laid out across a 2 MiB boundary, so that the 1 MiB one
+/// lies in two leaf tables (each shared edit then holds both). Fails when such a range goes
+/// the exclusive way.
+#[test]
+fn registry_packed_pool_edits_across_leaves_stay_shared() {
+    // 512 KiB before a 2 MiB boundary: the 1 MiB range starts 70 KiB in and crosses it.
+    let ranges = torch_packed_from(0x7f12_3420_0000 - 0x8_0000);
+    let (start, size) = ranges[3];
+    assert!(
+        start >> 21 != (start + size - 1) >> 21,
+        "{start:#x}+{size} crosses no boundary"
+    );
+    packed_edits_stay_shared(ranges);
+}
+
+fn packed_edits_stay_shared(ranges: Vec<(usize, usize)>) {
     use super::super::exclusive::EXCLUSIVE_EDITS;
     let r = Registry::new();
-    let ranges = torch_packed();
+    // The pool's other blocks, live throughout, before and after the packed ones: its leaf
+    // tables stay in use (emptying one and making it again are exclusive edits).
+    let (first, (last, last_size)) = (ranges[0].0, ranges[ranges.len() - 1]);
+    let keep = [(first - 8192, 4096), (last + last_size + 4096, 4096)];
+    for (k, &(start, size)) in keep.iter().enumerate() {
+        r.insert(alloc(start, size, 100 + k as u64));
+    }
     let round = |reverse: bool| {
         for (k, &(start, size)) in ranges.iter().enumerate() {
             assert_eq!(r.insert(alloc(start, size, k as u64)).overwritten, 0);
@@ -477,8 +507,28 @@ fn registry_packed_pool_edits_stay_shared() {
     EXCLUSIVE_EDITS.set(0);
     for k in 0..50 {
         round(k % 2 == 1);
+        if k == 25 {
+            // Halfway, with every range live: each found whole, the structure exact.
+            for (k, &(start, size)) in ranges.iter().enumerate() {
+                assert_eq!(r.insert(alloc(start, size, k as u64)).overwritten, 0);
+            }
+            // (The check's own exclusive walk is not counted.)
+            let counted = EXCLUSIVE_EDITS.get();
+            r.check();
+            EXCLUSIVE_EDITS.set(counted);
+            for &(start, size) in &ranges {
+                for p in [start, start + size / 2, start + size - 1] {
+                    let a = r.lookup(p).expect("live range found");
+                    assert_eq!((a.start, a.size), (start, size), "at {p:#x}");
+                }
+                assert_eq!(r.remove_allocation(start).map(|a| a.size), Some(size));
+            }
+        }
     }
     assert_eq!(EXCLUSIVE_EDITS.get(), 0, "exclusive edits in 50 rounds");
     r.check();
+    for (start, size) in keep {
+        assert_eq!(r.remove_allocation(start).map(|a| a.size), Some(size));
+    }
     assert!(r.is_empty());
 }

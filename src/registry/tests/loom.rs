@@ -409,3 +409,39 @@ fn loom_shared_join_against_the_neighbour_leaving() {
         assert_eq!((reg.len(), reg.live_bytes()), (2, G + G / 4));
     });
 }
+
+/// A range crossing from one leaf table into the next, inserted and removed by a lane holding
+/// both (the lower first), while another lane inserts a neighbour into the upper leaf's first
+/// granule (holding that leaf alone) and a reader looks the crossing range up: whole or nothing,
+/// the neighbour found afterwards, the removal exact.
+#[test]
+fn loom_shared_edit_across_two_leaves() {
+    model_one_preemption(|| {
+        // Leaves of 4 granules: keep one range in each of the two leaves so both exist.
+        let leaf = 4 * G;
+        let reg = Arc::new(Registry::new());
+        let (low, high) = (range(leaf + G, G, 1), range(2 * leaf + 2 * G, G, 2));
+        reg.insert(low);
+        reg.insert(high);
+        reg.prime();
+        let across = range(2 * leaf - G / 2, G, 3);
+        let beside = range(2 * leaf + G / 2, G / 4, 4);
+        let (r, w) = (reg.clone(), reg.clone());
+        let reader = thread::spawn(move || {
+            if let Some(got) = r.lookup(2 * leaf + 1) {
+                assert!(same(&got, &across), "torn record: {got:?}");
+            }
+        });
+        let writer = thread::spawn(move || {
+            w.insert(beside);
+        });
+        reg.insert(across);
+        writer.join().unwrap();
+        reader.join().unwrap();
+        assert!(same(&reg.lookup(2 * leaf - 1).unwrap(), &across));
+        assert!(same(&reg.lookup(2 * leaf + G / 2).unwrap(), &beside));
+        assert!(same(&reg.remove_allocation(across.start).unwrap(), &across));
+        assert!(reg.lookup(2 * leaf).is_none());
+        assert_eq!(reg.len(), 3);
+    });
+}
