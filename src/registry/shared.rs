@@ -47,7 +47,7 @@ impl Registry {
     #[inline(always)]
     pub(super) fn insert_shared(&self, a: &Allocation) -> Result<u64, Option<Ptr<Record>>> {
         let Some(lane) = self.lanes.enter() else {
-            return Err(None);
+            return Err(refused(c"insert: no lane"));
         };
         let seq = self.link_in(lane, a);
         lane.leave();
@@ -57,7 +57,9 @@ impl Registry {
     #[inline(always)]
     fn link_in(&self, lane: &Lane, a: &Allocation) -> Result<u64, Option<Ptr<Record>>> {
         let hi = a.start.checked_add(a.size - 1).ok_or(None)?;
-        let p = lane.recs.pop().ok_or(None)?;
+        let Some(p) = lane.recs.pop() else {
+            return Err(refused(c"insert: no spare record"));
+        };
         let seq = self.next_seq();
         rec(p).store(&Allocation { seq, ..*a });
         let mut linked = false;
@@ -84,7 +86,7 @@ impl Registry {
     #[inline(never)]
     fn link_span(&self, lane: &Lane, lo: usize, hi: usize, p: Ptr<Record>) -> bool {
         let Some(at) = self.slots_of(lo, hi) else {
-            return false;
+            return refused(c"insert: a table on the way missing");
         };
         let span = at.span(lo, hi);
         let (first, last) = (*span.start(), *span.end());
@@ -95,13 +97,13 @@ impl Registry {
             return self.link_across(lane, at, first, last, lo, hi, p);
         }
         let Some(at) = at.hold() else {
-            return false;
+            return refused(c"insert: top-level slots");
         };
         let Some(mut part) = Part::link(&at, lo, hi, p) else {
-            return false;
+            return refused(c"insert: slots taken (overlap, chain past a bucket)");
         };
         if !stock(&mut part.edges, lane) {
-            return false;
+            return refused(c"insert: no spare bucket");
         }
         part.make(&at, slot_of(p, REC), lane);
         lane.remember(&at);
@@ -127,19 +129,19 @@ impl Registry {
             || at.block(first).0 >= lo
             || at.block(last).1 <= hi
         {
-            return false;
+            return refused(c"insert: slots in tables other than two leaves");
         }
         let (Some(a), Some(b)) = (leaf_of(at, first), leaf_of(at, last)) else {
-            return false;
+            return refused(c"insert: a table on the way missing");
         };
         let (Some(a), Some(b)) = (a.hold(), b.hold()) else {
-            return false;
+            return refused(c"insert: top-level slots");
         };
         let (Some(pa), Some(pb)) = (Part::link(&a, lo, hi, p), Part::link(&b, lo, hi, p)) else {
-            return false;
+            return refused(c"insert: slots taken (overlap, chain past a bucket)");
         };
         let Some((pa, pb)) = stock_both(pa, pb, lane) else {
-            return false;
+            return refused(c"insert: no spare bucket");
         };
         let v = slot_of(p, REC);
         pa.make(&a, v, lane);
@@ -157,13 +159,14 @@ impl Registry {
         exclusive: &mut bool,
     ) -> Option<RemovedRecord> {
         let Some(lane) = self.lanes.enter() else {
+            note(c"removal: no lane");
             *exclusive = true;
             return None;
         };
         let found = if lane.recs.room() != 0 {
             self.unlink_in(lane, start)
         } else {
-            Shared::Exclusive
+            refused(c"removal: no room for a spare record")
         };
         let p = match found {
             Shared::Done(p) => p,
@@ -196,7 +199,7 @@ impl Registry {
                 let (lo, hi) = target::<Record>(cur).span();
                 if lo == start && (hi ^ lo) >> SHIFT[LEAF] == 0 {
                     if leaf.uses(1) && !self.may_empty(lane, *leaf) {
-                        return Shared::Exclusive;
+                        return refused(c"removal: would empty a leaf");
                     }
                     leaf.replace(i, cur, EMPTY);
                     return Shared::Done(ptr_of(cur));
@@ -216,11 +219,11 @@ impl Registry {
             return Shared::Absent;
         };
         let Some(at) = at.hold() else {
-            return Shared::Exclusive;
+            return refused(c"removal: top-level slots");
         };
         let Some(listed) = Granule::read(at.slots[i].load(Relaxed)) else {
             // A chain longer than a bucket: searched by the exclusive writer.
-            return Shared::Exclusive;
+            return refused(c"removal: chain past a bucket");
         };
         let Some(p) = listed.find(|q| rec(q).span().0 == start) else {
             return Shared::Absent;
@@ -229,18 +232,18 @@ impl Registry {
         // Its slots lie here when the range lies in the table's block without covering it whole.
         let (tlo, thi) = (at.block(0).0, at.block(FAN - 1).1);
         if lo < tlo || (lo == tlo && hi == thi) {
-            return Shared::Exclusive;
+            return refused(c"removal: slots in tables other than two leaves");
         }
         if hi > thi {
             return self.unlink_across(lane, at, lo, hi, p);
         }
         let Some(mut part) = Part::unlink(&at, lo, hi, p) else {
-            return Shared::Exclusive;
+            return refused(c"removal: slots not as linked");
         };
         // (A table noted as emptied by an edit that then goes the exclusive way is harmless:
         // the exclusive writer frees only a table it finds empty.)
         if (at.uses(part.emptied) && !self.may_empty(lane, *at)) || !stock(&mut part.edges, lane) {
-            return Shared::Exclusive;
+            return refused(c"removal: would empty a leaf, or no spare bucket");
         }
         part.make(&at, EMPTY, lane);
         lane.remember(&at);
@@ -261,7 +264,7 @@ impl Registry {
         p: Ptr<Record>,
     ) -> Shared {
         let Some(at) = self.slots_of(lo, hi) else {
-            return Shared::Exclusive;
+            return refused(c"removal: slots in tables other than two leaves");
         };
         let span = at.span(lo, hi);
         let (first, last) = (*span.start(), *span.end());
@@ -271,20 +274,20 @@ impl Registry {
             || at.block(first).0 != a.base
             || at.block(last).1 <= hi
         {
-            return Shared::Exclusive;
+            return refused(c"removal: slots in tables other than two leaves");
         }
         let Some(b) = leaf_of(at, last).and_then(Level::hold) else {
-            return Shared::Exclusive;
+            return refused(c"removal: slots in tables other than two leaves");
         };
         let (Some(pa), Some(pb)) = (Part::unlink(&a, lo, hi, p), Part::unlink(&b, lo, hi, p))
         else {
-            return Shared::Exclusive;
+            return refused(c"removal: slots not as linked");
         };
         if a.uses(pa.emptied) || b.uses(pb.emptied) {
-            return Shared::Exclusive;
+            return refused(c"removal: would empty a leaf");
         }
         let Some((pa, pb)) = stock_both(pa, pb, lane) else {
-            return Shared::Exclusive;
+            return refused(c"removal: would empty a leaf, or no spare bucket");
         };
         pa.make(&a, EMPTY, lane);
         pb.make(&b, EMPTY, lane);
@@ -434,4 +437,39 @@ fn stock_both(mut a: Part, mut b: Part, lane: &Lane) -> Option<(Part, Part)> {
     a.edges = [a0, a1];
     b.edges = [b0, b1];
     Some((a, b))
+}
+
+/// What a shared edit answers when it must go the exclusive way.
+trait Refusal {
+    const REFUSED: Self;
+}
+
+impl Refusal for bool {
+    /// The span ways' "not linked".
+    const REFUSED: bool = false;
+}
+
+impl Refusal for Shared {
+    const REFUSED: Shared = Shared::Exclusive;
+}
+
+impl Refusal for Option<Ptr<Record>> {
+    const REFUSED: Self = None;
+}
+
+/// A shared edit refused for reason `why`: counted in the timing build's report
+/// (`crate::diag`, issue 36: which of a host's edits still go the exclusive way), nothing
+/// otherwise.
+#[inline(always)]
+fn refused<T: Refusal>(why: &'static core::ffi::CStr) -> T {
+    note(why);
+    T::REFUSED
+}
+
+/// Counts a refusal (timing build only: [`refused`]).
+#[inline(always)]
+fn note(why: &'static core::ffi::CStr) {
+    #[cfg(cuhook_diag = "timing")]
+    crate::diag::record(why, [0; 4]);
+    let _ = why;
 }
