@@ -7,9 +7,9 @@
 //! at sub-granule steps, so most of PyTorch's edits went the exclusive way, each closing the
 //! lanes of every thread (issue 36: 61–88 % of them on the H200).
 //!
-//! So every shared edit now *holds* the table its slots lie in: the top bit of the table's count
-//! of used slots is a lock, taken with one atomic OR on the line the edit writes anyway (the
-//! count), and released by the store of the new count. Holding it, a lane edits the slots as the
+//! So every shared edit now *holds* the table its slots lie in: a high bit of the table's count
+//! of used slots ([`HELD`]) is a lock, taken with one atomic bit-set on the line the edit writes
+//! anyway (the count's), and released by the store of the new count. Holding it, a lane edits the slots as the
 //! exclusive writer does — plain stores, the count kept exactly — and may replace a granule's
 //! chain, taking its buckets from the lane's spares and giving the old ones back to them. Edits
 //! of different tables still run side by side; two of one table take turns for a few stores.
