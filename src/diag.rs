@@ -87,6 +87,11 @@ fn row() -> Option<&'static Row> {
     ROWS.get(r)
 }
 
+/// Counts one event `what` (calls only: a shared registry edit refused, say).
+pub fn count(what: &'static CStr) {
+    record(what, [0; 4]);
+}
+
 /// Adds one call of `api` with its four readings.
 pub fn record(api: &'static CStr, t: [u64; 4]) {
     let (Some(row), Some(k)) = (row(), key(api)) else {

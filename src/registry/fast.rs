@@ -235,8 +235,9 @@ impl Writer {
     }
 }
 
-/// Whether granule slot value `cur` names no range meeting `[lo, hi]`.
-fn clear_of(cur: usize, lo: usize, hi: usize) -> bool {
+/// Whether granule slot value `cur` names no range meeting `[lo, hi]` (also a shared edit's
+/// check before it joins a granule: `held.rs`).
+pub(super) fn clear_of(cur: usize, lo: usize, hi: usize) -> bool {
     let meets = |p: Ptr<Record>| {
         let (s, l) = target::<Record>(slot_of(p, REC)).span();
         s <= hi && l >= lo

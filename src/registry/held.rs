@@ -23,12 +23,12 @@
 use crate::atomics::Ordering::Release;
 use crate::atomics::{spin_loop, yield_now, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
 
+use super::fast::clear_of;
 use super::lanes::Lane;
 use super::level::Level;
 use super::record::Record;
 use super::slab::Ptr;
 use super::table::{ptr_of, slot_of, tag, target, Bucket, BUCKET, BUCKET_CAP, EMPTY, REC};
-use super::write::rec;
 
 /// The bit of a table's count that says a shared edit holds the table. Not the top bit: x86
 /// then takes it with one `lock bts` (a sign test made the compiler loop on a compare-and-swap).
@@ -164,11 +164,7 @@ impl Granule {
 
     /// With `p` (over `[lo, hi]`) added, if no range listed meets it and one bucket holds all.
     pub(super) fn join(mut self, p: Ptr<Record>, lo: usize, hi: usize) -> Option<Self> {
-        let meets = |q: &Ptr<Record>| {
-            let (s, l) = rec(*q).span();
-            s <= hi && l >= lo
-        };
-        if self.n == BUCKET_CAP || self.recs[..self.n].iter().any(meets) {
+        if self.n == BUCKET_CAP || !clear_of(self.cur, lo, hi) {
             return None;
         }
         self.recs[self.n] = p;
@@ -214,13 +210,14 @@ impl Granule {
     }
 }
 
-/// Takes from `lane` a bucket for each of `granules` that ends as a chain, if the lane has them
-/// and room for the chains they replace; otherwise gives back what it took and says false
-/// (nothing changed: the edit goes the exclusive way, which restocks the lane).
-pub(super) fn stock(granules: &mut [Option<(usize, Granule)>], lane: &Lane) -> bool {
+/// Takes from `lane` a bucket for each granule of `edges` (one edit's end granules, in one table
+/// or two) that ends as a chain, if the lane has them and room for the chains they replace;
+/// otherwise gives back what it took and says false (nothing changed: the edit goes the
+/// exclusive way, which restocks the lane).
+pub(super) fn stock(edges: &mut [&mut [Option<(usize, Granule)>]], lane: &Lane) -> bool {
     let mut given = 0;
     let mut ok = true;
-    for (_, g) in granules.iter_mut().flatten() {
+    for g in granules(edges) {
         given += usize::from(tag(g.cur) == BUCKET);
         if g.n >= 2 {
             g.bucket = lane.buckets.pop();
@@ -230,10 +227,21 @@ pub(super) fn stock(granules: &mut [Option<(usize, Granule)>], lane: &Lane) -> b
     if ok && lane.buckets.room() >= given {
         return true;
     }
-    for (_, g) in granules.iter_mut().flatten() {
+    for g in granules(edges) {
         if let Some(b) = g.bucket.take() {
             lane.buckets.push(b);
         }
     }
     false
+}
+
+/// The granules of [`stock`]'s edges.
+fn granules<'a, 'b: 'a>(
+    edges: &'a mut [&'b mut [Option<(usize, Granule)>]],
+) -> impl Iterator<Item = &'a mut Granule> + use<'a, 'b> {
+    edges
+        .iter_mut()
+        .flat_map(|e| e.iter_mut())
+        .flatten()
+        .map(|(_, g)| g)
 }

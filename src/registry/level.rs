@@ -84,8 +84,8 @@ impl<'a> Level<'a> {
     }
 
     /// [`Self::set`] for a caller that has just loaded the slot's value `old` (under the writer
-    /// lock, or holding the table: `held.rs`; so it is still there): no second load, and the count's update folds away where
-    /// `old` and `v` are known (the pool cases of `edit.rs`).
+    /// lock, or holding the table: `held.rs`; so it is still there): no second load, and the
+    /// count's update folds away where `old` and `v` are known (the pool cases).
     #[inline(always)]
     pub(super) fn replace(&self, i: usize, old: usize, v: usize) {
         if let Some(used) = self.used {

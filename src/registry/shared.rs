@@ -102,7 +102,7 @@ impl Registry {
         let Some(mut part) = Part::link(&at, lo, hi, p) else {
             return refused(c"insert: slots taken (overlap, chain past a bucket)");
         };
-        if !stock(&mut part.edges, lane) {
+        if !stock(&mut [&mut part.edges], lane) {
             return refused(c"insert: no spare bucket");
         }
         part.make(&at, slot_of(p, REC), lane);
@@ -137,12 +137,13 @@ impl Registry {
         let (Some(a), Some(b)) = (a.hold(), b.hold()) else {
             return refused(c"insert: top-level slots");
         };
-        let (Some(pa), Some(pb)) = (Part::link(&a, lo, hi, p), Part::link(&b, lo, hi, p)) else {
+        let (Some(mut pa), Some(mut pb)) = (Part::link(&a, lo, hi, p), Part::link(&b, lo, hi, p))
+        else {
             return refused(c"insert: slots taken (overlap, chain past a bucket)");
         };
-        let Some((pa, pb)) = stock_both(pa, pb, lane) else {
+        if !stock(&mut [&mut pa.edges, &mut pb.edges], lane) {
             return refused(c"insert: no spare bucket");
-        };
+        }
         let v = slot_of(p, REC);
         pa.make(&a, v, lane);
         pb.make(&b, v, lane);
@@ -242,7 +243,9 @@ impl Registry {
         };
         // (A table noted as emptied by an edit that then goes the exclusive way is harmless:
         // the exclusive writer frees only a table it finds empty.)
-        if (at.uses(part.emptied) && !self.may_empty(lane, *at)) || !stock(&mut part.edges, lane) {
+        if (at.uses(part.emptied) && !self.may_empty(lane, *at))
+            || !stock(&mut [&mut part.edges], lane)
+        {
             return refused(c"removal: would empty a leaf, or no spare bucket");
         }
         part.make(&at, EMPTY, lane);
@@ -279,16 +282,17 @@ impl Registry {
         let Some(b) = leaf_of(at, last).and_then(Level::hold) else {
             return refused(c"removal: slots in tables other than two leaves");
         };
-        let (Some(pa), Some(pb)) = (Part::unlink(&a, lo, hi, p), Part::unlink(&b, lo, hi, p))
+        let (Some(mut pa), Some(mut pb)) =
+            (Part::unlink(&a, lo, hi, p), Part::unlink(&b, lo, hi, p))
         else {
             return refused(c"removal: slots not as linked");
         };
         if a.uses(pa.emptied) || b.uses(pb.emptied) {
             return refused(c"removal: would empty a leaf");
         }
-        let Some((pa, pb)) = stock_both(pa, pb, lane) else {
+        if !stock(&mut [&mut pa.edges, &mut pb.edges], lane) {
             return refused(c"removal: would empty a leaf, or no spare bucket");
-        };
+        }
         pa.make(&a, EMPTY, lane);
         pb.make(&b, EMPTY, lane);
         lane.remember(&a);
@@ -370,42 +374,40 @@ impl Part {
     /// slots between its ends empty, the ends empty or granules it covers in part listing
     /// ranges it does not meet.
     fn link(at: &Held<'_>, lo: usize, hi: usize, p: Ptr<Record>) -> Option<Part> {
-        let span = at.span(lo, hi);
-        let (first, last) = (*span.start(), *span.end());
-        let inner = between(first, last);
-        if !all_hold(&at.slots[inner.clone()], EMPTY) {
-            return None;
-        }
-        let mut edges: Ends = [None, None];
-        for (k, i) in ends(first, last).enumerate() {
-            let g = Granule::read(at.slots[i].load(Relaxed)).and_then(|g| g.join(p, lo, hi))?;
-            edges[k] = Some((i, g));
-        }
-        Some(Part {
-            inner,
-            edges,
-            emptied: 0,
-        })
+        Part::plan(at, lo, hi, EMPTY, |g| g.join(p, lo, hi))
     }
 
     /// Unlinking `p` (over `[lo, hi]`) from held table `at`: the slots between its ends name it
     /// alone, its end granules list it.
     fn unlink(at: &Held<'_>, lo: usize, hi: usize, p: Ptr<Record>) -> Option<Part> {
+        Part::plan(at, lo, hi, slot_of(p, REC), |g| g.leave(p))
+    }
+
+    /// The part of an edit over `[lo, hi]` in `at`, if the slots between its ends all hold
+    /// `inner` and `end` can change each end granule.
+    fn plan(
+        at: &Held<'_>,
+        lo: usize,
+        hi: usize,
+        inner: usize,
+        end: impl Fn(Granule) -> Option<Granule>,
+    ) -> Option<Part> {
         let span = at.span(lo, hi);
         let (first, last) = (*span.start(), *span.end());
-        let inner = between(first, last);
-        if !all_hold(&at.slots[inner.clone()], slot_of(p, REC)) {
+        let between = between(first, last);
+        if !all_hold(&at.slots[between.clone()], inner) {
             return None;
         }
         let mut edges: Ends = [None, None];
-        let mut emptied = inner.len();
-        for (k, e) in ends(first, last).enumerate() {
-            let g = Granule::read(at.slots[e].load(Relaxed)).and_then(|g| g.leave(p))?;
-            emptied += usize::from(g.empties());
-            edges[k] = Some((e, g));
+        // Slots a removal empties (a link empties none: the slots between hold EMPTY already).
+        let mut emptied = if inner == EMPTY { 0 } else { between.len() };
+        for (k, i) in ends(first, last).enumerate() {
+            let g = end(Granule::read(at.slots[i].load(Relaxed))?)?;
+            emptied += usize::from(inner != EMPTY && g.empties());
+            edges[k] = Some((i, g));
         }
         Some(Part {
-            inner,
+            inner: between,
             edges,
             emptied,
         })
@@ -423,20 +425,6 @@ impl Part {
 fn leaf_of<'a>(at: Level<'a>, i: usize) -> Option<Level<'a>> {
     let cur = at.slots[i].load(Acquire);
     (tag(cur) == TAB).then(|| Level::child(target::<Table>(cur), LEAF, at.block(i).0))
-}
-
-/// [`stock`] for the ends of two tables' parts at once (all or nothing).
-fn stock_both(mut a: Part, mut b: Part, lane: &Lane) -> Option<(Part, Part)> {
-    let [a0, a1] = core::mem::take(&mut a.edges);
-    let [b0, b1] = core::mem::take(&mut b.edges);
-    let mut all = [a0, a1, b0, b1];
-    if !stock(&mut all, lane) {
-        return None;
-    }
-    let [a0, a1, b0, b1] = all;
-    a.edges = [a0, a1];
-    b.edges = [b0, b1];
-    Some((a, b))
 }
 
 /// What a shared edit answers when it must go the exclusive way.
@@ -470,6 +458,6 @@ fn refused<T: Refusal>(why: &'static core::ffi::CStr) -> T {
 #[inline(always)]
 fn note(why: &'static core::ffi::CStr) {
     #[cfg(cuhook_diag = "timing")]
-    crate::diag::record(why, [0; 4]);
+    crate::diag::count(why);
     let _ = why;
 }
