@@ -56,7 +56,7 @@ pub unsafe fn node_before(api: &'static CStr, params: *const GraphNodeParams) ->
     }
     // SAFETY: a free node's description holds the address first in the union.
     let dptr = unsafe { (*params).body.free };
-    emit::free_before(api, dptr as usize, flags::GRAPH, 0)
+    emit::free_before(api, dptr as usize, flags::GRAPH, 0).pending()
 }
 
 /// After a successful `cuGraphAddNode*`: a memory allocation node's allocation is registered.

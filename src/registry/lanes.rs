@@ -106,9 +106,11 @@ impl<T, const N: usize> Spares<T, N> {
     /// A spare, if there is one.
     #[inline(always)]
     pub(super) fn pop(&self) -> Option<Ptr<T>> {
-        let n = self.n.load(Ordering::Relaxed).checked_sub(1)?;
+        // One comparison for both ends: none kept wraps `n` past the array.
+        let n = self.n.load(Ordering::Relaxed).wrapping_sub(1);
+        let item = self.items.get(n)?;
         self.n.store(n, Ordering::Relaxed);
-        Ptr::new(self.items[n].load(Ordering::Relaxed))
+        Ptr::new(item.load(Ordering::Relaxed))
     }
 
     /// Keeps `p` (the caller checked [`Self::room`]).
@@ -182,11 +184,15 @@ impl Lane {
     #[inline(always)]
     pub(super) fn leaf_granule<'a>(&self, lo: usize, hi: usize) -> Option<Level<'a>> {
         let base = self.leaf_base.load(Ordering::Relaxed);
+        // Two branches, the pointer tested last: tested together, the compiler combined them
+        // with flag arithmetic (five more instructions per edit).
+        if (lo ^ hi) >> SHIFT[LEAF] != 0 || (lo ^ base) >> SHIFT[LEAF - 1] != 0 {
+            return None;
+        }
         // Borrowed straight from the checked pointer (not through a slot value): the compiler
         // then knows the table's count is there, and tests no pointer again when it counts.
         let t = deref::<Table>(self.leaf.load(Ordering::Relaxed))?;
-        ((lo ^ hi) >> SHIFT[LEAF] == 0 && (lo ^ base) >> SHIFT[LEAF - 1] == 0)
-            .then(|| Level::child(t, LEAF, base))
+        Some(Level::child(t, LEAF, base))
     }
 
     /// Whether a shared removal through this lane may leave leaf table `at` empty (the lane

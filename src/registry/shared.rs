@@ -19,9 +19,7 @@ use super::lanes::Lane;
 use super::level::{all_hold, between, ends, Level};
 use super::record::{Record, RemovedRecord};
 use super::slab::Ptr;
-use super::table::{
-    index, ptr_of, slot_of, tag, target, Table, EMPTY, FAN, LEAF, NEAR, REC, SHIFT, TAB,
-};
+use super::table::{index, slot_of, tag, target, Table, EMPTY, FAN, LEAF, NEAR, REC, SHIFT, TAB};
 use super::write::rec;
 use super::{Allocation, Registry};
 
@@ -151,17 +149,17 @@ impl Registry {
         true
     }
 
-    /// Unlinks the range starting exactly at `start` as a shared edit, and returns it; sets
-    /// `exclusive` (returning `None`) when the exclusive way must run instead.
+    /// Unlinks the range starting exactly at `start` as a shared edit, its record copied into
+    /// `out`: whether there was one, or `None` (`out` untouched) when the exclusive way must run
+    /// instead.
     #[inline(always)]
     pub(super) fn remove_shared(
         &self,
         start: usize,
-        exclusive: &mut bool,
-    ) -> Option<RemovedRecord> {
+        out: &mut Option<RemovedRecord>,
+    ) -> Option<bool> {
         let Some(lane) = self.lanes.enter() else {
             note(c"removal: no lane");
-            *exclusive = true;
             return None;
         };
         let found = if lane.recs.room() != 0 {
@@ -173,10 +171,9 @@ impl Registry {
             Shared::Done(p) => p,
             Shared::Absent => {
                 lane.leave();
-                return None;
+                return Some(false);
             }
             Shared::Exclusive => {
-                *exclusive = true;
                 lane.leave();
                 return None;
             }
@@ -185,9 +182,9 @@ impl Registry {
         lane.recs.push(p);
         // Copied last, straight into the caller's value, before the lane (which may reuse the
         // record: no one else can, no slot links it) is left.
-        let a = Some(rec(p).take());
+        *out = Some(rec(p).take());
         lane.leave();
-        a
+        Some(true)
     }
 
     #[inline(always)]
@@ -197,13 +194,15 @@ impl Registry {
             let i = index(LEAF, start);
             let cur = leaf.slots[i].load(Relaxed);
             if tag(cur) == REC {
-                let (lo, hi) = target::<Record>(cur).span();
+                let record = target::<Record>(cur);
+                let (lo, hi) = record.span();
                 if lo == start && (hi ^ lo) >> SHIFT[LEAF] == 0 {
                     if leaf.uses(1) && !self.may_empty(lane, *leaf) {
                         return refused(c"removal: would empty a leaf");
                     }
                     leaf.replace(i, cur, EMPTY);
-                    return Shared::Done(ptr_of(cur));
+                    // From the reference (`ptr_of` would test the slot's pointer for null again).
+                    return Shared::Done(Ptr::of(record));
                 }
             }
         }

@@ -67,6 +67,11 @@ impl<T> Ptr<T> {
         NonNull::new(p).map(Ptr)
     }
 
+    /// The element `r` borrows (no null test: a reference is never null).
+    pub(super) fn of(r: &T) -> Self {
+        Ptr(NonNull::from(r))
+    }
+
     /// A placeholder that is never dereferenced (fills unused entries of fixed arrays).
     pub(super) fn dangling() -> Self {
         Ptr(NonNull::dangling())

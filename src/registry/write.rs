@@ -282,12 +282,26 @@ impl Registry {
     /// most frees never need it decoded).
     #[inline(always)]
     pub(crate) fn remove_record(&self, start: usize) -> Option<RemovedRecord> {
-        let mut exclusive = false;
-        let a = self.remove_shared(start, &mut exclusive);
-        if exclusive {
-            return self.remove_exclusive(start);
+        let mut removed = None;
+        self.remove_record_into(start, &mut removed);
+        removed
+    }
+
+    /// [`Self::remove_record`] written into `out` (left as it was when nothing starts there);
+    /// whether a range was removed. The free hooks pass the place they keep the record in until
+    /// the real call returns, so the common (shared) removal copies it out of the registry once.
+    #[inline(always)]
+    pub(crate) fn remove_record_into(&self, start: usize, out: &mut Option<RemovedRecord>) -> bool {
+        match self.remove_shared(start, out) {
+            Some(found) => found,
+            None => match self.remove_exclusive(start) {
+                Some(record) => {
+                    *out = Some(record);
+                    true
+                }
+                None => false,
+            },
         }
-        a
     }
 
     /// Publishes the exclusive edits' counts after an edit that linked and freed no table (the

@@ -183,42 +183,105 @@ fn announce(
     }
 }
 
-/// Announce a free before it happens (known pointer: its record is removed now), or prepare to
-/// announce it after. Inlined into every free hook (the hot path; with more free hooks the
-/// compiler stopped inlining it on its own, costing a call per free).
-#[inline(always)]
-pub fn free_before(api: &'static CStr, address: usize, extra_flags: u32, stream: usize) -> Pending {
-    if address == 0 || cfg!(cuhook_diag = "no_registry") {
-        return Pending::Nothing;
-    }
-    let removed = if registry::attached_hot() {
-        registry::hot().remove_record(address)
-    } else {
-        None
-    };
-    if removed.is_none() {
-        return unknown_free(api, address, extra_flags, stream);
-    }
-    if events::list().has_subscribers() {
-        return announce_free(api, removed, extra_flags, stream);
-    }
-    Pending::Announced(removed)
+/// A free to announce before it happens: what a free hook's `before` names. The hook then has
+/// it prepared into its own `Pending` (`prepare`), so the removed record is copied out of the
+/// registry straight into the place it is kept until the real call returns (returned by value
+/// from a function with several exits, it was copied once more on every free).
+pub struct FreeBefore {
+    api: &'static CStr,
+    address: usize,
+    extra_flags: u32,
+    stream: usize,
 }
 
-/// Tells the subscribers of a known range's free, and keeps its record for after the real call
-/// (out of line: the record is decoded only here and in [`refused`]).
+/// Announce a free before it happens (known pointer: its record is removed now), or prepare to
+/// announce it after: see [`FreeBefore`].
+#[inline(always)]
+pub fn free_before(
+    api: &'static CStr,
+    address: usize,
+    extra_flags: u32,
+    stream: usize,
+) -> FreeBefore {
+    FreeBefore {
+        api,
+        address,
+        extra_flags,
+        stream,
+    }
+}
+
+// What a hook's `before` hands it is *prepared* into the `Pending` the hook keeps across the real
+// call. `prepare` returns whether [`settle`] can skip reading it back after a successful call
+// (nothing pending, or a known free's record): decided here, where the compiler still knows
+// which it is, and not by the `Pending`'s tag, which it must reload after the real call. Inherent
+// methods of one name, not a trait: a trait's impls count as reachable from other crates, and
+// the statics their inlined bodies touch were then reached through the GOT (three more loads).
+
+impl Pending {
+    /// See above; the `Pending` moved into place as it is.
+    #[inline(always)]
+    pub(crate) fn prepare(self, pending: &mut Pending) -> bool {
+        let quiet = matches!(self, Pending::Nothing);
+        *pending = self;
+        quiet
+    }
+}
+
+impl FreeBefore {
+    /// See above. Inlined into every free hook (the hot path; with more free hooks the compiler
+    /// stopped inlining it on its own, costing a call per free).
+    #[inline(always)]
+    pub(crate) fn prepare(self, pending: &mut Pending) -> bool {
+        let FreeBefore {
+            api,
+            address,
+            extra_flags,
+            stream,
+        } = self;
+        if address == 0 || cfg!(cuhook_diag = "no_registry") {
+            return true;
+        }
+        *pending = Pending::Announced(None);
+        let Pending::Announced(removed) = pending else {
+            return true;
+        };
+        let found =
+            registry::attached_hot() && registry::hot().remove_record_into(address, removed);
+        if !found {
+            *pending = unknown_free(api, address, extra_flags, stream);
+            return false;
+        }
+        if events::list().has_subscribers() {
+            announce_free(api, removed, extra_flags, stream);
+        }
+        true
+    }
+
+    /// The `Pending` on its own, for a caller that decides first whether there is a free at all
+    /// (a graph node); not for the free hooks themselves, which prepare their own.
+    #[inline(never)]
+    pub fn pending(self) -> Pending {
+        let mut pending = Pending::Nothing;
+        let _ = self.prepare(&mut pending);
+        pending
+    }
+}
+
+/// Tells the subscribers of a known range's free (out of line: the record is decoded only here
+/// and in [`refused`]).
+#[cold]
 #[inline(never)]
 fn announce_free(
     api: &'static CStr,
-    removed: Option<RemovedRecord>,
+    removed: &Option<RemovedRecord>,
     extra_flags: u32,
     stream: usize,
-) -> Pending {
-    if let Some(record) = &removed {
+) {
+    if let Some(record) = removed {
         let range = flagged(&record.allocation(), extra_flags, stream);
         events::list().dispatch(&MemEvent::free(api, range));
     }
-    Pending::Announced(removed)
 }
 
 /// A free of a pointer the registry does not know (allocated before install, or never through
@@ -319,26 +382,33 @@ pub fn purge_before(api: &'static CStr, pred: impl Fn(&Allocation) -> bool) -> P
     Pending::Purged(ManuallyDrop::new(purged))
 }
 
-/// Finish after the real call (inlined: on the hot path it is a match that does nothing;
-/// without `always` the compiler stopped inlining it once it had five arms).
+/// Finish after the real call: nothing to read when the call succeeded and `quiet` (what
+/// `prepare` returned), else the `Pending` decides (out of line).
 #[inline(always)]
-pub fn settle(pending: Pending, ok: bool) {
+pub fn settle(pending: &mut Pending, quiet: bool, ok: bool) {
+    if !(quiet && ok) {
+        settle_pending(pending, ok);
+    }
+}
+
+/// [`settle`] by the `Pending`'s kind.
+#[inline(never)]
+fn settle_pending(pending: &mut Pending, ok: bool) {
     match pending {
         Pending::Nothing => {}
         // The driver refused the free: the memory is still allocated. The record goes back,
         // and subscribers, who heard the free, hear the allocation again (flagged EXISTING).
-        // Matched by reference: moving the record out would copy it on every free.
-        Pending::Announced(ref record) => {
+        Pending::Announced(record) => {
             if let (false, Some(record)) = (ok, record) {
                 refused(&record.allocation());
             }
         }
         Pending::AnnouncedSpan(free) => {
             if ok {
-                unmapped(&free);
+                unmapped(free);
             } else {
                 note_failed_free();
-                let mut ev = free;
+                let mut ev = *free;
                 ev.kind = EventKind::Alloc;
                 ev.range.flags |= flags::EXISTING;
                 events::list().dispatch(&ev);
@@ -346,12 +416,13 @@ pub fn settle(pending: Pending, ok: bool) {
         }
         Pending::Unknown(ev) => {
             if ok {
-                unmapped(&ev);
+                unmapped(ev);
                 note_unknown_free();
-                events::list().dispatch(&ev);
+                events::list().dispatch(ev);
             }
         }
-        Pending::Purged(ranges) => purged(ManuallyDrop::into_inner(ranges), ok),
+        // Taken out (an empty list, which owns nothing, is left behind).
+        Pending::Purged(ranges) => purged(core::mem::take(&mut **ranges), ok),
     }
 }
 

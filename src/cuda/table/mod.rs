@@ -153,9 +153,10 @@ macro_rules! cuda_hooks {
                     let mut rc: Option<$ret> = None;
                     // A bug in the event code can never unwind into the C caller.
                     crate::sys::boundary::guarded(|| {
-                        // Bound once (not assigned over `Nothing`): the free hooks' record is
-                        // then built in place instead of copied.
-                        let pending = cuda_hooks!(@before $($before)?);
+                        // The hook's own place for what it must finish: a free hook's record is
+                        // copied out of the registry straight into it (`FreeBefore::prepare`).
+                        let mut pending = Pending::Nothing;
+                        let quiet = cuda_hooks!(@before $($before)?).prepare(&mut pending);
                         #[cfg(cuhook_diag = "timing")]
                         { ticks[1] = crate::diag::now(); }
                         // SAFETY: the caller's own arguments, to the real function.
@@ -167,7 +168,7 @@ macro_rules! cuda_hooks {
                         // SAFETY: `after` expressions only read the output pointers the real
                         // call has just filled (it succeeded), as the C API promises.
                         $( if ok { #[allow(unused_unsafe)] unsafe { $after; } } )?
-                        emit::settle(pending, ok);
+                        emit::settle(&mut pending, quiet, ok);
                         // `finally` sees the result whether the call succeeded or not.
                         $( $finally(r); )?
                     }, || ());
