@@ -157,7 +157,7 @@ pub(super) fn all_hold(slots: &[AtomicUsize], v: usize) -> bool {
         return false;
     }
     let mut eights = slots.chunks_exact(STRIDE);
-    (&mut eights).all(|c| c.iter().fold(0, |d, s| d | (s.load(Relaxed) ^ v)) == 0)
+    eights.all(|c| c.iter().fold(0, |d, s| d | (s.load(Relaxed) ^ v)) == 0)
         && eights.remainder().iter().all(holds)
 }
 
