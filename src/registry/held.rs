@@ -127,25 +127,32 @@ pub(super) struct Granule {
 }
 
 impl Granule {
-    /// The ranges granule slot value `cur` lists; `None` for a chain of more than one bucket,
-    /// or a table.
-    pub(super) fn read(cur: usize) -> Option<Self> {
-        let mut g = Granule {
-            cur,
-            recs: [Ptr::dangling(); BUCKET_CAP],
-            n: 0,
-            bucket: None,
-        };
+    /// A granule listing nothing, to [`read`](Self::read) one into. Edits fill granules in
+    /// place (in their `Part`): built and returned by value, each was copied three or four times
+    /// per end (`memcpy`, a tenth of a large edit's instructions).
+    pub(super) const BLANK: Granule = Granule {
+        cur: EMPTY,
+        recs: [Ptr::dangling(); BUCKET_CAP],
+        n: 0,
+        bucket: None,
+    };
+
+    /// Reads the ranges granule slot value `cur` lists; false for a chain of more than one
+    /// bucket, or a table.
+    pub(super) fn read(&mut self, cur: usize) -> bool {
+        self.cur = cur;
+        self.n = 0;
+        self.bucket = None;
         match tag(cur) {
             EMPTY => {}
             REC => {
-                g.recs[0] = ptr_of(cur);
-                g.n = 1;
+                self.recs[0] = ptr_of(cur);
+                self.n = 1;
             }
             BUCKET => {
                 let b = target::<Bucket>(cur);
                 if !b.next.load(Relaxed).is_null() {
-                    return None;
+                    return false;
                 }
                 let len = b.len.load(Relaxed).min(BUCKET_CAP);
                 // Entries a removal short of memory forgot in place are null.
@@ -153,31 +160,33 @@ impl Granule {
                     .iter()
                     .filter_map(|r| Ptr::new(r.load(Relaxed)))
                 {
-                    g.recs[g.n] = p;
-                    g.n += 1;
+                    self.recs[self.n] = p;
+                    self.n += 1;
                 }
             }
-            _ => return None,
+            _ => return false,
         }
-        Some(g)
+        true
     }
 
-    /// With `p` (over `[lo, hi]`) added, if no range listed meets it and one bucket holds all.
-    pub(super) fn join(mut self, p: Ptr<Record>, lo: usize, hi: usize) -> Option<Self> {
+    /// Adds `p` (over `[lo, hi]`), if no range listed meets it and one bucket holds all.
+    pub(super) fn join(&mut self, p: Ptr<Record>, lo: usize, hi: usize) -> bool {
         if self.n == BUCKET_CAP || !clear_of(self.cur, lo, hi) {
-            return None;
+            return false;
         }
         self.recs[self.n] = p;
         self.n += 1;
-        Some(self)
+        true
     }
 
-    /// With `p` taken out, if it is listed.
-    pub(super) fn leave(mut self, p: Ptr<Record>) -> Option<Self> {
-        let k = self.recs[..self.n].iter().position(|&q| q == p)?;
+    /// Takes `p` out, if it is listed.
+    pub(super) fn leave(&mut self, p: Ptr<Record>) -> bool {
+        let Some(k) = self.recs[..self.n].iter().position(|&q| q == p) else {
+            return false;
+        };
         self.recs.copy_within(k + 1..self.n, k);
         self.n -= 1;
-        Some(self)
+        true
     }
 
     /// The first range listed that satisfies `f`.

@@ -97,9 +97,10 @@ impl Registry {
         let Some(at) = at.hold() else {
             return refused(c"insert: top-level slots");
         };
-        let Some(mut part) = Part::link(&at, lo, hi, p) else {
+        let mut part = Part::new();
+        if !part.link(&at, lo, hi, p) {
             return refused(c"insert: slots taken (overlap, chain past a bucket)");
-        };
+        }
         if !stock(&mut [&mut part.edges], lane) {
             return refused(c"insert: no spare bucket");
         }
@@ -135,10 +136,10 @@ impl Registry {
         let (Some(a), Some(b)) = (a.hold(), b.hold()) else {
             return refused(c"insert: top-level slots");
         };
-        let (Some(mut pa), Some(mut pb)) = (Part::link(&a, lo, hi, p), Part::link(&b, lo, hi, p))
-        else {
+        let (mut pa, mut pb) = (Part::new(), Part::new());
+        if !(pa.link(&a, lo, hi, p) && pb.link(&b, lo, hi, p)) {
             return refused(c"insert: slots taken (overlap, chain past a bucket)");
-        };
+        }
         if !stock(&mut [&mut pa.edges, &mut pb.edges], lane) {
             return refused(c"insert: no spare bucket");
         }
@@ -221,10 +222,11 @@ impl Registry {
         let Some(at) = at.hold() else {
             return refused(c"removal: top-level slots");
         };
-        let Some(listed) = Granule::read(at.slots[i].load(Relaxed)) else {
+        let mut listed = Granule::BLANK;
+        if !listed.read(at.slots[i].load(Relaxed)) {
             // A chain longer than a bucket: searched by the exclusive writer.
             return refused(c"removal: chain past a bucket");
-        };
+        }
         let Some(p) = listed.find(|q| rec(q).span().0 == start) else {
             return Shared::Absent;
         };
@@ -237,9 +239,10 @@ impl Registry {
         if hi > thi {
             return self.unlink_across(lane, at, lo, hi, p);
         }
-        let Some(mut part) = Part::unlink(&at, lo, hi, p) else {
+        let mut part = Part::new();
+        if !part.unlink(&at, lo, hi, p) {
             return refused(c"removal: slots not as linked");
-        };
+        }
         // (A table noted as emptied by an edit that then goes the exclusive way is harmless:
         // the exclusive writer frees only a table it finds empty.)
         if (at.uses(part.emptied) && !self.may_empty(lane, *at))
@@ -281,11 +284,10 @@ impl Registry {
         let Some(b) = leaf_of(at, last).and_then(Level::hold) else {
             return refused(c"removal: slots in tables other than two leaves");
         };
-        let (Some(mut pa), Some(mut pb)) =
-            (Part::unlink(&a, lo, hi, p), Part::unlink(&b, lo, hi, p))
-        else {
+        let (mut pa, mut pb) = (Part::new(), Part::new());
+        if !(pa.unlink(&a, lo, hi, p) && pb.unlink(&b, lo, hi, p)) {
             return refused(c"removal: slots not as linked");
-        };
+        }
         if a.uses(pa.emptied) || b.uses(pb.emptied) {
             return refused(c"removal: would empty a leaf");
         }
@@ -369,47 +371,55 @@ struct Part {
 }
 
 impl Part {
-    /// Linking `p` over `[lo, hi]` in held table `at` (the slots of it that lie there): the
-    /// slots between its ends empty, the ends empty or granules it covers in part listing
-    /// ranges it does not meet.
-    fn link(at: &Held<'_>, lo: usize, hi: usize, p: Ptr<Record>) -> Option<Part> {
-        Part::plan(at, lo, hi, EMPTY, |g| g.join(p, lo, hi))
+    /// An edit not yet planned: [`Self::link`] or [`Self::unlink`] plans it in place.
+    fn new() -> Part {
+        Part {
+            inner: 0..0,
+            edges: [None, None],
+            emptied: 0,
+        }
     }
 
-    /// Unlinking `p` (over `[lo, hi]`) from held table `at`: the slots between its ends name it
-    /// alone, its end granules list it.
-    fn unlink(at: &Held<'_>, lo: usize, hi: usize, p: Ptr<Record>) -> Option<Part> {
-        Part::plan(at, lo, hi, slot_of(p, REC), |g| g.leave(p))
+    /// Plans linking `p` over `[lo, hi]` in held table `at` (the slots of it that lie there):
+    /// false unless the slots between its ends are empty and the ends empty or granules it
+    /// covers in part listing ranges it does not meet.
+    fn link(&mut self, at: &Held<'_>, lo: usize, hi: usize, p: Ptr<Record>) -> bool {
+        self.plan(at, lo, hi, EMPTY, |g| g.join(p, lo, hi))
     }
 
-    /// The part of an edit over `[lo, hi]` in `at`, if the slots between its ends all hold
-    /// `inner` and `end` can change each end granule.
+    /// Plans unlinking `p` (over `[lo, hi]`) from held table `at`: false unless the slots
+    /// between its ends name it alone and its end granules list it.
+    fn unlink(&mut self, at: &Held<'_>, lo: usize, hi: usize, p: Ptr<Record>) -> bool {
+        self.plan(at, lo, hi, slot_of(p, REC), |g| g.leave(p))
+    }
+
+    /// Plans the part of an edit over `[lo, hi]` in `at`, if the slots between its ends all
+    /// hold `inner` and `end` can change each end granule (each read into its place here).
     fn plan(
+        &mut self,
         at: &Held<'_>,
         lo: usize,
         hi: usize,
         inner: usize,
-        end: impl Fn(Granule) -> Option<Granule>,
-    ) -> Option<Part> {
+        end: impl Fn(&mut Granule) -> bool,
+    ) -> bool {
         let span = at.span(lo, hi);
         let (first, last) = (*span.start(), *span.end());
         let between = between(first, last);
         if !all_hold(&at.slots[between.clone()], inner) {
-            return None;
+            return false;
         }
-        let mut edges: Ends = [None, None];
         // Slots a removal empties (a link empties none: the slots between hold EMPTY already).
-        let mut emptied = if inner == EMPTY { 0 } else { between.len() };
+        self.emptied = if inner == EMPTY { 0 } else { between.len() };
+        self.inner = between;
         for (k, i) in ends(first, last).enumerate() {
-            let g = end(Granule::read(at.slots[i].load(Relaxed))?)?;
-            emptied += usize::from(inner != EMPTY && g.empties());
-            edges[k] = Some((i, g));
+            let (_, g) = self.edges[k].insert((i, Granule::BLANK));
+            if !(g.read(at.slots[i].load(Relaxed)) && end(g)) {
+                return false;
+            }
+            self.emptied += usize::from(inner != EMPTY && g.empties());
         }
-        Some(Part {
-            inner: between,
-            edges,
-            emptied,
-        })
+        true
     }
 
     /// Makes the edit in `at`: `v` (the record, or EMPTY) between the ends, the ends as

@@ -73,7 +73,7 @@ impl<T> Ptr<T> {
     }
 
     /// A placeholder that is never dereferenced (fills unused entries of fixed arrays).
-    pub(super) fn dangling() -> Self {
+    pub(super) const fn dangling() -> Self {
         Ptr(NonNull::dangling())
     }
 
