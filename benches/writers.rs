@@ -11,7 +11,8 @@
 //!
 //! Run: `cargo bench --bench writers` (threads 1, 2, 4, 8, 16 capped at the CPUs), or
 //! `cargo bench --bench writers -- 1 16` for chosen thread counts; `-- sizes` for the cost of one
-//! insert+removal by range size, on one thread; `-- torch [T...]` for `torch_threads.py`'s
+//! insert+removal by range size, on one thread (`-- replay`, for `benches/callgrind_edits.sh`,
+//! the same edits untimed); `-- torch [T...]` for `torch_threads.py`'s
 //! allocations taking turns through one lock, as PyTorch's allocator makes them. Meant for a machine with
 //! many cores (the H200 host: 16): on 2 cores it shows little.
 
@@ -158,7 +159,6 @@ fn sizes() {
         );
         println!("  {size:>8} B   at a block's start {aligned:7.1}   one granule in {inside:7.1}");
     }
-    const TORCH: [usize; 8] = [256, 4096, 65536, 1 << 20, 512, 16384, 262144, 2048];
     for (what, align) in [("pool-packed (512 B)", 512), ("one granule each", 4096)] {
         let starts = packed(&TORCH, block, align);
         println!(
@@ -187,8 +187,11 @@ fn packed(sizes: &[usize], mut at: usize, align: usize) -> Vec<(usize, usize)> {
 /// `CudaMallocAsync` allocator holds its lock around each call. What the registry adds there is
 /// waited for by every thread. Prints allocations per second (all threads), with the registry's
 /// work and without it (the lock alone).
+/// `torch_threads.py`'s tensor sizes, in its order.
+const TORCH: [usize; 8] = [256, 4096, 65536, 1 << 20, 512, 16384, 262144, 2048];
+
 fn torch(threads: usize) {
-    const SIZES: [usize; 8] = [256, 4096, 65536, 1 << 20, 512, 16384, 262144, 2048];
+    const SIZES: [usize; 8] = TORCH;
     const ROUNDS: usize = 20_000;
     let reg = Registry::new();
     populate(&reg);
@@ -226,9 +229,42 @@ fn torch(threads: usize) {
     );
 }
 
+/// `replay SIZE ROUNDS STEP`: ROUNDS rounds of one insert and exact-start removal, on one
+/// thread, with 1,000 other ranges live — of one SIZE-byte range at a block's start plus STEP,
+/// or, for SIZE 0, of `torch_threads.py`'s sizes packed at STEP-byte steps (all inserted, then
+/// all removed). No timing: `benches/callgrind_edits.sh` counts its instructions.
+fn replay(args: &[usize]) {
+    let [size, rounds, step] = args else {
+        panic!("replay SIZE ROUNDS STEP");
+    };
+    let reg = Registry::new();
+    populate(&reg);
+    let block = BASE + 64 * BLOCK;
+    let starts = if *size == 0 {
+        packed(&TORCH, block, *step)
+    } else {
+        vec![(block + step, *size)]
+    };
+    for _ in 0..*rounds {
+        for &(start, size) in &starts {
+            reg.insert(sized(start, size));
+        }
+        for &(start, _) in &starts {
+            black_box(reg.remove_allocation(start));
+        }
+    }
+}
+
 fn main() {
     if std::env::args().nth(1).as_deref() == Some("sizes") {
         return sizes();
+    }
+    if std::env::args().nth(1).as_deref() == Some("replay") {
+        let args: Vec<usize> = std::env::args()
+            .skip(2)
+            .map(|a| a.parse().expect("replay SIZE ROUNDS STEP: numbers"))
+            .collect();
+        return replay(&args);
     }
     if std::env::args().nth(1).as_deref() == Some("torch") {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
