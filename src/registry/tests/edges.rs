@@ -532,3 +532,51 @@ fn packed_edits_stay_shared(ranges: Vec<(usize, usize)>) {
     }
     assert!(r.is_empty());
 }
+
+/// Issue 36: a thread keeps its lane whatever the depth of the call in its stack. With the lane
+/// picked from the stack's address, removals made 128 KiB or 256 KiB deeper than the inserts took
+/// other lanes: the inserts' lane ran out of spare records, the removals' filled up, and every
+/// few edits went the exclusive way to refill or drain them (PyTorch allocates and frees from
+/// different depths). This fails then.
+#[test]
+fn registry_edits_keep_their_lane_at_any_stack_depth() {
+    use super::super::exclusive::EXCLUSIVE_EDITS;
+    use std::hint::black_box;
+    /// Runs `f` `frames` frames of 16 KiB deeper in the stack.
+    fn deeper(frames: usize, f: &mut dyn FnMut()) {
+        let pad = black_box([0u8; 16 << 10]);
+        if frames == 0 {
+            f();
+        } else {
+            deeper(frames - 1, f);
+        }
+        black_box(pad[0]);
+    }
+    let r = Registry::new();
+    let base = 0x7f12_3460_0000;
+    // Keeps the leaf table in use while the ranges come and go.
+    r.insert(alloc(base - 8192, 4096, 100));
+    let ranges: Vec<usize> = (0..8).map(|k| base + k * 8192).collect();
+    let round = |frames: usize| {
+        for (k, &start) in ranges.iter().enumerate() {
+            r.insert(alloc(start, 4096, k as u64));
+        }
+        deeper(frames, &mut || {
+            for &start in &ranges {
+                assert_eq!(r.remove_allocation(start).map(|a| a.size), Some(4096));
+            }
+        });
+    };
+    // The first rounds make the tables and stock the lane.
+    round(0);
+    round(0);
+    EXCLUSIVE_EDITS.set(0);
+    for k in 0..100 {
+        round(8 + 8 * (k % 2));
+    }
+    assert_eq!(
+        EXCLUSIVE_EDITS.get(),
+        0,
+        "exclusive edits in 1,600 shared ones"
+    );
+}
