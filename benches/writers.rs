@@ -191,7 +191,6 @@ fn packed(sizes: &[usize], mut at: usize, align: usize) -> Vec<(usize, usize)> {
 const TORCH: [usize; 8] = [256, 4096, 65536, 1 << 20, 512, 16384, 262144, 2048];
 
 fn torch(threads: usize) {
-    const SIZES: [usize; 8] = TORCH;
     const ROUNDS: usize = 20_000;
     let reg = Registry::new();
     populate(&reg);
@@ -202,7 +201,7 @@ fn torch(threads: usize) {
             for t in 0..threads {
                 let (reg, lock) = (&reg, &lock);
                 s.spawn(move || {
-                    let starts = packed(&SIZES, BASE + 64 * BLOCK + t * 2 * BLOCK + 512, 512);
+                    let starts = packed(&TORCH, BASE + 64 * BLOCK + t * 2 * BLOCK + 512, 512);
                     for _ in 0..ROUNDS {
                         for &(start, size) in &starts {
                             let _held = lock.lock().unwrap();
@@ -220,7 +219,7 @@ fn torch(threads: usize) {
                 });
             }
         });
-        (threads * ROUNDS * SIZES.len()) as f64 / t0.elapsed().as_secs_f64()
+        (threads * ROUNDS * TORCH.len()) as f64 / t0.elapsed().as_secs_f64()
     };
     let (lock_only, registry) = (run(false), run(true));
     println!(

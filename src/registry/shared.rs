@@ -354,13 +354,6 @@ impl Registry {
     }
 }
 
-/// Stores each end granule's new content (the lane stocked for them: [`stock`]).
-fn store_ends(at: &Held<'_>, edges: &Ends, lane: &Lane) {
-    for (i, g) in edges.iter().flatten() {
-        g.store(at, *i, lane);
-    }
-}
-
 /// One table's share of a shared edit, checked and not yet made: the slots strictly between
 /// its ends, and its end granules as they will be.
 struct Part {
@@ -426,7 +419,9 @@ impl Part {
     /// planned (the lane stocked for them: [`stock`]).
     fn make(&self, at: &Held<'_>, v: usize, lane: &Lane) {
         at.fill(self.inner.clone(), v);
-        store_ends(at, &self.edges, lane);
+        for (i, g) in self.edges.iter().flatten() {
+            g.store(at, *i, lane);
+        }
     }
 }
 
