@@ -29,7 +29,7 @@ mod loom_tests;
 mod subscribers;
 #[cfg(all(test, not(loom)))]
 mod tests;
-mod thread;
+pub(crate) mod thread;
 mod types;
 
 pub use announcements::MAX_DEPTH;

@@ -25,6 +25,9 @@ pub(crate) struct ThreadState {
     /// `HookGuard::outermost_api`. A thin pointer (one store per hook instead of two) in a
     /// power-of-two array (indexed by a mask instead of a bounds check).
     pub(crate) hook_api: [Cell<*const c_char>; HOOK_API_SLOTS],
+    /// The registry's lane for this thread (past the lanes: none given yet). Here, beside the
+    /// hook guard, so that the hooks reach it through the address they already computed.
+    pub(crate) lane: Cell<u8>,
 }
 
 /// Entries of [`ThreadState::hook_api`]: one per dispatch level, rounded up to a power of two.
@@ -39,6 +42,7 @@ thread_local! {
             depth: Cell::new(0),
             hook_levels: Cell::new(0),
             hook_api: [const { Cell::new(core::ptr::null()) }; HOOK_API_SLOTS],
+            lane: Cell::new(u8::MAX),
         }
     };
 }
@@ -52,5 +56,6 @@ loom::thread_local! {
         depth: Cell::new(0),
         hook_levels: Cell::new(0),
         hook_api: [const { Cell::new(core::ptr::null()) }; HOOK_API_SLOTS],
+        lane: Cell::new(u8::MAX),
     };
 }

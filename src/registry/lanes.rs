@@ -9,8 +9,8 @@
 //! (making or freeing a table, overlaps, trims, purges, snapshots, the fork handlers) is
 //! *exclusive*: it takes the writer lock and waits until no shared edit runs.
 //!
-//! A shared edit holds one of [`LANES`] lanes: a flag on a cache line of its own, picked from
-//! the thread's thread pointer (no thread-local needed; a taken lane sends it to the next few),
+//! A shared edit holds one of [`LANES`] lanes: a flag on a cache line of its own, the one
+//! handed to the thread at its first edit (`pick`; a taken lane sends it to the next few),
 //! with what the lane's owner keeps between its edits: a few spare records and chain buckets (so
 //! that taking one needs no slab, which is the exclusive writer's), its counts, the leaf table
 //! it last edited, and one it left empty.
@@ -231,25 +231,46 @@ impl Lane {
     }
 }
 
-/// The lane a thread tries first: from its thread pointer (a value of its own, read in one
-/// instruction), so no thread-local is read. It was the stack's address, which moves with the
-/// call's depth: a host allocating and freeing at depths either side of a 64 KiB line took two
-/// lanes, one running out of spare records while the other overflowed, each refilled or drained
-/// by an exclusive edit every few calls (PyTorch: 6–7 % of its edits). Two threads on one lane
-/// still work: the second takes the next lane, or the exclusive way.
+/// The lane a thread tries first: the one handed to it at its first edit, kept in the thread's
+/// state beside the hook guard (the hooks already hold its address, so this is one load). Lanes
+/// are handed round in turn, so threads that edit at once have lanes of their own up to
+/// [`LANES`] of them. Picked before from the thread pointer by a hash, two of eight Python
+/// threads met on one lane in about half the processes (two of sixteen nearly always) and took
+/// turns with its spares and cached leaf; and from the stack's address before that, one
+/// thread's allocations and frees at depths either side of a 64 KiB line took two lanes.
+/// Threads past [`LANES`] (or a thread pool's short-lived ones) share lanes: the second of
+/// two at once takes the next lane, or the exclusive way.
 #[inline(always)]
 fn pick() -> usize {
     #[cfg(not(loom))]
     {
-        let tp = crate::sys::thread::pointer();
-        (tp >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - LANES.ilog2())
+        let lane = usize::from(crate::events::thread::THREAD.with(|t| t.lane.get()));
+        if lane >= LANES {
+            return first_pick();
+        }
+        lane
     }
-    // Loom replays each schedule exactly: the lane must not depend on where a model thread's
-    // stack happens to be (nor on its id, which grows from run to run). Every thread starts at
-    // lane 0, so threads that meet there take the next one.
     #[cfg(loom)]
     0
 }
+
+/// Lanes handed out so far (each thread's is this count at its first edit, round the lanes).
+#[cfg(not(loom))]
+static HANDED: AtomicUsize = AtomicUsize::new(0);
+
+/// A thread's first edit: the next lane in turn, kept as the thread's.
+#[cfg(not(loom))]
+#[cold]
+#[inline(never)]
+fn first_pick() -> usize {
+    let lane = HANDED.fetch_add(1, Ordering::Relaxed) % LANES;
+    // LANES < u8::MAX (asserted below), so the kept value never reads as "none given".
+    crate::events::thread::THREAD.with(|t| t.lane.set(lane as u8));
+    lane
+}
+
+#[cfg(not(loom))]
+const _: () = assert!(LANES < u8::MAX as usize);
 
 impl Lanes {
     crate::atomics::const_unless_loom! {
@@ -340,6 +361,12 @@ impl Lanes {
     #[cfg(test)]
     pub(super) fn each(&self) -> &[Lane] {
         &self.lanes
+    }
+
+    /// The index of the lane this thread tries first (tests).
+    #[cfg(all(test, not(loom)))]
+    pub(super) fn own_index(&self) -> usize {
+        pick()
     }
 
     /// The lane this thread would try first (the exclusive holder refills or drains it).
