@@ -14,9 +14,15 @@ fn root() -> PathBuf {
 
 /// `fixtures/stacks/leaks.c`, built with debug information and without frame pointers.
 fn build_leaks(dir: &Path) -> PathBuf {
+    build_leaks_with(dir, &[])
+}
+
+/// [`build_leaks`] with more arguments for the compiler driver (linker options).
+fn build_leaks_with(dir: &Path, extra: &[&str]) -> PathBuf {
     let fixtures = common::fixtures_dir();
     let exe = dir.join("leaks");
     let status = cuhook_fixtures::cc()
+        .args(extra)
         .args(["-O1", "-g", "-fomit-frame-pointer", "-rdynamic", "-o"])
         .arg(&exe)
         .arg(root().join("fixtures/stacks/leaks.c"))
@@ -114,6 +120,33 @@ fn the_exit_report_names_the_lines_that_leaked() {
         );
     }
     assert!(!section.contains("balanced"), "{section}");
+}
+
+/// A program whose segments have unmapped gaps between them (linked with its segments 64 KiB
+/// apart, each filling one page): glibc then describes each segment as a mapping of its own, so
+/// `_dl_find_object` on a return address gives the code segment alone, and the unwind tables lie
+/// in another. The unwinder read them only inside the code's mapping, found none, and every
+/// stack ended at cuhook's own frame (a layout the test binary itself had in some builds).
+#[test]
+fn call_sites_are_named_in_a_program_whose_segments_have_gaps() {
+    let dir = common::scratch("stacks-gaps");
+    let exe = build_leaks_with(
+        &dir,
+        &["-Wl,-z,separate-code", "-Wl,-z,max-page-size=0x10000"],
+    );
+    let report = run_leaks(&exe, &[("CUHOOK_STACKS", "16")]);
+    let section = report
+        .split("Live allocations at exit by call site")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no call-site section:\n{report}"));
+    for function in ["leak_big", "leak_async", "leak_small", "main"] {
+        assert!(
+            section
+                .lines()
+                .any(|l| l.trim_start().starts_with(&format!("{function} ("))),
+            "{function} named in no stack:\n{section}"
+        );
+    }
 }
 
 /// The C API names the stack of a range (`cuhook_stack_of`) and gives its frames

@@ -4,8 +4,9 @@
 //! Nothing here allocates: `gimli`'s unwind context is given array storage ([`Storage`]) and
 //! lives on the capturing thread's stack (its size is checked by a test). Nothing takes a lock:
 //! `_dl_find_object` is lock-free, the rest reads memory. Every slice handed to `gimli` covers
-//! bytes of a loaded object only: the header's exact length, and `.eh_frame` from its start to
-//! the end of the one FDE the binary search table points to (its CIE precedes it).
+//! bytes of the mapping that holds the tables only (`tables_mapping`): the header's exact
+//! length, and `.eh_frame` from its start to the end of the one FDE the binary search table
+//! points to (its CIE precedes it).
 #![allow(unsafe_code)]
 
 use gimli::{
@@ -85,11 +86,30 @@ pub(super) fn find(pc: usize, ctx: &mut Context) -> Lookup {
     if object.eh_frame_hdr == 0 {
         return Lookup::NoInfo;
     }
-    match row(pc, object, ctx) {
+    let Some(tables) = tables_mapping(object) else {
+        return Lookup::Unsupported;
+    };
+    match row(pc, tables, ctx) {
         Ok(rules) => rules,
         Err(gimli::Error::NoUnwindInfoForAddress) => Lookup::NoInfo,
         Err(_) => Lookup::Unsupported,
     }
+}
+
+/// The mapping the unwind tables are read in: the one holding `pc` (what `_dl_find_object`
+/// answered for it), or else the one holding the tables' header. glibc's answer is the mapping
+/// *containing* the address, which is the whole object when its segments are mapped without
+/// gaps, but one segment when a program's segments have unmapped gaps between them (linked
+/// with a page size larger than the system's, or by a linker that page-aligns each segment):
+/// the code then lies in one mapping and its tables in another.
+fn tables_mapping(object: dl::FoundObject) -> Option<dl::FoundObject> {
+    let hdr = object.eh_frame_hdr;
+    if (object.map_start..object.map_end).contains(&hdr) {
+        return Some(object);
+    }
+    // Another mapping of the same object: it names the same tables.
+    let tables = dl::found_object_if_resolved(hdr)?;
+    (tables.eh_frame_hdr == hdr).then_some(tables)
 }
 
 /// `len` bytes at `addr` of the object `[start, end)`, or `None` when they are not inside it.

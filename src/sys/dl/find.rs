@@ -158,7 +158,9 @@ pub(crate) fn can_find_objects() -> bool {
 /// What `_dl_find_object` says about the object covering an address, for an unwinder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FoundObject {
-    /// The object's mapped range, `[map_start, map_end)`.
+    /// The mapping holding the address, `[map_start, map_end)`: the whole object, or only one
+    /// of its segments where glibc found gaps between them (then its `PT_GNU_EH_FRAME` may lie
+    /// in another).
     pub map_start: usize,
     pub map_end: usize,
     /// Its `PT_GNU_EH_FRAME` segment (`.eh_frame_hdr`), relocated; 0 when it has none.
