@@ -20,12 +20,14 @@
 //! only inside a version bump (`Bucket::store`), as when the exclusive writer recycles them.
 #![deny(unsafe_code)]
 
+use core::cell::Cell;
+
 use crate::atomics::Ordering::Release;
 use crate::atomics::{spin_loop, yield_now, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
 
 use super::fast::clear_of;
 use super::lanes::Lane;
-use super::level::Level;
+use super::level::{changes_use, Level};
 use super::record::Record;
 use super::slab::Ptr;
 use super::table::{ptr_of, slot_of, tag, target, Bucket, BUCKET, BUCKET_CAP, EMPTY, REC};
@@ -35,11 +37,14 @@ use super::table::{ptr_of, slot_of, tag, target, Bucket, BUCKET, BUCKET_CAP, EMP
 const HELD: usize = 1 << (usize::BITS - 2);
 
 /// A table a shared edit holds: its slots change only through the holder until it is dropped.
-/// The count keeps the [`HELD`] bit while held, so [`Level::set`] and [`Level::fill`] count
-/// as they do for the exclusive writer.
+/// The holder keeps the table's count of used slots itself, read once when it takes the table,
+/// and stores it once, with the [`HELD`] bit cleared, on release (a load and a store per slot
+/// change, and two on release, before).
 pub(super) struct Held<'a> {
     at: Level<'a>,
     used: &'a AtomicUsize,
+    /// The table's count of used slots as this edit leaves it so far.
+    count: Cell<usize>,
 }
 
 impl<'a> Level<'a> {
@@ -49,10 +54,16 @@ impl<'a> Level<'a> {
     pub(super) fn hold(self) -> Option<Held<'a>> {
         let used = self.used?;
         // Acquire: the previous holder's slots and chains are seen as it left them.
+        // The bit alone (one `lock bts`: asking for the whole value made it a compare-and-swap
+        // loop), then the count, on the line just taken.
         if used.fetch_or(HELD, Acquire) & HELD != 0 {
             wait_for(used);
         }
-        Some(Held { at: self, used })
+        Some(Held {
+            at: self,
+            used,
+            count: Cell::new(used.load(Relaxed) & !HELD),
+        })
     }
 }
 
@@ -94,24 +105,52 @@ impl<'a> core::ops::Deref for Held<'a> {
 }
 
 impl Held<'_> {
-    /// Whether the table uses exactly `n` slots (one comparison with the bit kept).
+    /// Whether the table uses exactly `n` slots.
     #[inline(always)]
     pub(super) fn uses(&self, n: usize) -> bool {
-        self.used.load(Relaxed) == n | HELD
+        self.count.get() == n
+    }
+
+    /// [`Level::replace`] for the holder: the slot's value `old` was loaded holding the table,
+    /// so it is still there.
+    #[inline(always)]
+    pub(super) fn replace(&self, i: usize, old: usize, v: usize) {
+        if let Some(less) = changes_use(old, v) {
+            self.add(1, less);
+        }
+        self.at.put(i, v);
+    }
+
+    /// [`Level::fill`] for the holder.
+    #[inline]
+    pub(super) fn fill(&self, range: core::ops::Range<usize>, v: usize) {
+        if range.is_empty() {
+            return;
+        }
+        self.add(range.len(), v == EMPTY);
+        self.at.put_all(range, v);
+    }
+
+    /// Counts `n` slots more, or fewer (`less`).
+    #[inline(always)]
+    fn add(&self, n: usize, less: bool) {
+        let c = self.count.get();
+        self.count.set(if less { c - n } else { c + n });
     }
 }
 
 impl Drop for Held<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        // Release: the next holder sees this edit's slots and chains. A plain store: while held,
-        // the others' atomic ORs only set the bit that is already set. (Loom's modification
-        // order is partial: a plain store need not follow a waiter's ORs there, which could then
-        // read the held count forever; a read-modify-write always follows them.)
+        // Release: the next holder sees this edit's slots and chains. The count as left, which
+        // clears the bit: while held, the others' atomic ORs only set the bit already set, so
+        // a plain store loses nothing. (Loom's modification order is partial: a plain store
+        // need not follow a waiter's ORs there, which could then read the held count forever;
+        // a read-modify-write always follows them.)
         #[cfg(not(loom))]
-        self.used.store(self.used.load(Relaxed) & !HELD, Release);
+        self.used.store(self.count.get(), Release);
         #[cfg(loom)]
-        self.used.fetch_and(!HELD, Release);
+        self.used.swap(self.count.get(), Release);
     }
 }
 

@@ -84,17 +84,19 @@ impl<'a> Level<'a> {
     }
 
     /// [`Self::set`] for a caller that has just loaded the slot's value `old` (under the writer
-    /// lock, or holding the table: `held.rs`; so it is still there): no second load, and the
-    /// count's update folds away where `old` and `v` are known (the pool cases).
+    /// lock, so it is still there): no second load, and the count's update folds away where
+    /// `old` and `v` are known. (A held table counts in its holder: `Held::replace`.)
     #[inline(always)]
     pub(super) fn replace(&self, i: usize, old: usize, v: usize) {
-        if let Some(used) = self.used {
-            match (old == EMPTY, v == EMPTY) {
-                (true, false) => count(used, 1, false),
-                (false, true) => count(used, 1, true),
-                _ => {}
-            }
+        if let (Some(used), Some(less)) = (self.used, changes_use(old, v)) {
+            count(used, 1, less);
         }
+        self.put(i, v);
+    }
+
+    /// Stores `v` in slot `i`, the count left to the caller.
+    #[inline(always)]
+    pub(super) fn put(&self, i: usize, v: usize) {
         // Release: what `v` points to is complete before a reader can load it.
         self.slots[i].store(v, Release);
     }
@@ -104,13 +106,18 @@ impl<'a> Level<'a> {
     /// used slots changes once.
     #[inline]
     pub(super) fn fill(&self, range: core::ops::Range<usize>, v: usize) {
-        let n = range.len();
-        if n == 0 {
+        if range.is_empty() {
             return;
         }
         if let Some(used) = self.used {
-            count(used, n, v == EMPTY);
+            count(used, range.len(), v == EMPTY);
         }
+        self.put_all(range, v);
+    }
+
+    /// Stores `v` in every slot of `range`, the count left to the caller.
+    #[inline]
+    pub(super) fn put_all(&self, range: core::ops::Range<usize>, v: usize) {
         // Release: what `v` points to is complete before a reader can load it. Eight stores a
         // step (slot by slot, four instructions a slot).
         let mut eights = self.slots[range].chunks_exact(STRIDE);
@@ -119,26 +126,24 @@ impl<'a> Level<'a> {
     }
 }
 
+/// How a slot going from `old` to `v` changes its table's count of used slots: `Some(false)`
+/// one more, `Some(true)` one fewer, `None` unchanged.
+#[inline(always)]
+pub(super) fn changes_use(old: usize, v: usize) -> Option<bool> {
+    match (old == EMPTY, v == EMPTY) {
+        (true, false) => Some(false),
+        (false, true) => Some(true),
+        _ => None,
+    }
+}
+
 /// Adds `n` used slots to a table's count, or takes them away (`less`): a load and a store,
-/// since only the exclusive writer or the table's holder changes the count (`held.rs`; a lane
-/// waiting to hold it only sets the bit that is already set). Under loom, read-modify-writes:
-/// its modification order is partial, so a holder's plain store could fall before a waiting
-/// lane's atomic OR there and be lost, which no real machine does.
+/// since only the exclusive writer changes a count this way, with every lane drained (a shared
+/// edit keeps the count of the table it holds itself and stores it on release: `held.rs`).
 #[inline(always)]
 fn count(used: &AtomicUsize, n: usize, less: bool) {
-    #[cfg(not(loom))]
-    {
-        let u = used.load(Relaxed);
-        used.store(if less { u - n } else { u + n }, Relaxed);
-    }
-    #[cfg(loom)]
-    {
-        if less {
-            used.fetch_sub(n, Relaxed);
-        } else {
-            used.fetch_add(n, Relaxed);
-        }
-    }
+    let u = used.load(Relaxed);
+    used.store(if less { u - n } else { u + n }, Relaxed);
 }
 
 // `Level::table` finds the table from its count.
