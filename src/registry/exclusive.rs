@@ -186,11 +186,13 @@ impl Writer {
         self.stock(lanes.own());
     }
 
-    /// Spare records for `lane`'s next insert and buckets for its next two chains, and room for
-    /// what its removals give back: each stack filled or drained to half when short.
+    /// Spare records for `lane`'s next insert, buckets for its next two chains and a table for
+    /// its next leaf, and room for what its removals give back: each stack filled or drained to
+    /// half when short.
     fn stock(&mut self, lane: &Lane) {
         restock(&mut self.recs, &lane.recs, 1);
         restock(&mut self.buckets, &lane.buckets, 2);
+        restock(&mut self.tables, &lane.tables, 1);
     }
 }
 

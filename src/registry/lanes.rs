@@ -11,9 +11,9 @@
 //!
 //! A shared edit holds one of [`LANES`] lanes: a flag on a cache line of its own, the one
 //! handed to the thread at its first edit (`pick`; a taken lane sends it to the next few),
-//! with what the lane's owner keeps between its edits: a few spare records and chain buckets (so
-//! that taking one needs no slab, which is the exclusive writer's), its counts, the leaf table
-//! it last edited, and one it left empty.
+//! with what the lane's owner keeps between its edits: a few spare records, chain buckets and
+//! tables (so that taking one needs no slab, which is the exclusive writer's), its counts, the
+//! leaf table it last edited, and a few it left empty.
 //!
 //! The exclusive side is a biased reader-writer lock: it closes the `gate`, then waits for every
 //! lane to be free; a shared edit takes its lane, then checks the gate. Both pairs of accesses
@@ -44,15 +44,28 @@ const PROBES: usize = if LANES < 4 { LANES } else { 4 };
 /// Spare records a lane keeps, and spare buckets: a shared edit changes at most two granule
 /// chains, each one bucket long, but a thread's live ranges packed by a pool hold a chain
 /// between each two (half the stock covers `torch_threads.py`'s eight tensors). 512 bytes a
-/// lane with its header.
+/// lane with its header and spare tables.
 #[cfg(not(loom))]
-pub(super) const SPARE: usize = 32;
+pub(super) const SPARE: usize = 26;
 #[cfg(not(loom))]
-pub(super) const SPARE_BUCKETS: usize = 23;
+pub(super) const SPARE_BUCKETS: usize = 19;
 #[cfg(loom)]
 pub(super) const SPARE: usize = 2;
 #[cfg(loom)]
 pub(super) const SPARE_BUCKETS: usize = 3;
+/// Emptied leaf tables a lane notes before an exclusive edit must free them: a pool's blocks
+/// move between a few 2 MiB blocks, emptying each leaf and coming back to it.
+#[cfg(not(loom))]
+const NOTES: usize = 4;
+#[cfg(loom)]
+const NOTES: usize = 1;
+/// Spare tables a lane keeps, for leaf tables its inserts make (a pool's blocks move between
+/// 2 MiB blocks, whose leaf tables are freed once empty and needed again when the pool comes
+/// back): refilled to two by the thread's exclusive edits.
+#[cfg(not(loom))]
+pub(super) const SPARE_TABLES: usize = 3;
+#[cfg(loom)]
+pub(super) const SPARE_TABLES: usize = 1;
 
 /// Gate bits: an exclusive edit runs (or waits for the lanes), and the registry takes no
 /// inserts (closed by `Registry::set_open`).
@@ -71,16 +84,18 @@ pub(super) struct Lane {
     /// The leaf table this lane last edited (null: none), and its block's first address.
     leaf: AtomicPtr<Table>,
     leaf_base: AtomicUsize,
-    /// A leaf table a shared removal through this lane left empty (null: none), and its
-    /// block's first address: still linked, for the next exclusive edit to free if no range
-    /// came back to it (freeing is exclusive; this way a thread allocating and freeing alone in
-    /// a 2 MiB block stays on shared edits).
-    emptied: AtomicPtr<Table>,
-    emptied_base: AtomicUsize,
+    /// Leaf tables shared removals through this lane left empty (null: none), and their
+    /// blocks' first addresses: still linked, for the next exclusive edit to free those no
+    /// range came back to (freeing is exclusive; this way a thread allocating and freeing in a
+    /// few 2 MiB blocks, as a pool does, stays on shared edits).
+    emptied: [AtomicPtr<Table>; NOTES],
+    emptied_base: [AtomicUsize; NOTES],
     /// Records the lane's inserts fill, and those its removals unlinked (no slot links them).
     pub(super) recs: Spares<Record, SPARE>,
     /// Buckets for the granule chains its edits build, and the chains they replaced.
     pub(super) buckets: Spares<Bucket, SPARE_BUCKETS>,
+    /// Tables for the leaf tables its inserts make (all slots empty, linked nowhere).
+    pub(super) tables: Spares<Table, SPARE_TABLES>,
 }
 
 #[cfg(not(loom))]
@@ -152,10 +167,11 @@ impl Lane {
             live: AtomicUsize::new(0),
             leaf: AtomicPtr::new(core::ptr::null_mut()),
             leaf_base: AtomicUsize::new(0),
-            emptied: AtomicPtr::new(core::ptr::null_mut()),
-            emptied_base: AtomicUsize::new(0),
+            emptied: atomic_array![AtomicPtr::new(core::ptr::null_mut()); NOTES],
+            emptied_base: atomic_array![AtomicUsize::new(0); NOTES],
             recs: Spares::new(),
             buckets: Spares::new(),
+            tables: Spares::new(),
         }
     }
     }
@@ -195,28 +211,38 @@ impl Lane {
         Some(Level::child(t, LEAF, base))
     }
 
-    /// Whether a shared removal through this lane may leave leaf table `at` empty (the lane
-    /// notes one such table at a time: none yet, or this one again).
+    /// Whether a shared removal through this lane may leave leaf table `at` empty: the note it
+    /// takes (the lane notes [`NOTES`] such tables until an exclusive edit frees them: this
+    /// one again, or a free note).
     #[inline]
-    pub(super) fn may_empty(&self, at: &Level<'_>) -> bool {
-        let noted = self.emptied.load(Ordering::Relaxed);
-        at.level == LEAF && (noted.is_null() || at.table() == Some(noted.cast_const()))
+    pub(super) fn may_empty(&self, at: &Level<'_>) -> Option<usize> {
+        let t = at.table().filter(|_| at.level == LEAF)?;
+        let noted = |k: usize| self.emptied[k].load(Ordering::Relaxed).cast_const();
+        (0..NOTES)
+            .find(|&k| noted(k) == t)
+            .or_else(|| (0..NOTES).find(|&k| noted(k).is_null()))
     }
 
-    /// Notes leaf table `at`, just left empty, for the next exclusive edit.
+    /// Notes leaf table `at`, just left empty, for the next exclusive edit (in note `k`, which
+    /// [`Self::may_empty`] gave).
     #[inline]
-    pub(super) fn note_emptied(&self, at: &Level<'_>) {
+    pub(super) fn note_emptied(&self, k: usize, at: &Level<'_>) {
         if let Some(t) = at.table() {
-            self.emptied.store(t.cast_mut(), Ordering::Relaxed);
-            self.emptied_base.store(at.base, Ordering::Relaxed);
+            self.emptied[k].store(t.cast_mut(), Ordering::Relaxed);
+            self.emptied_base[k].store(at.base, Ordering::Relaxed);
         }
     }
 
-    /// The leaf table noted as left empty, and its block's first address; forgotten here
-    /// (exclusive holder only).
-    pub(super) fn take_emptied(&self) -> Option<(Ptr<Table>, usize)> {
-        let t = Ptr::new(self.emptied.swap(core::ptr::null_mut(), Ordering::Relaxed))?;
-        Some((t, self.emptied_base.load(Ordering::Relaxed)))
+    /// The leaf tables noted as left empty, each with its block's first address; forgotten
+    /// here (exclusive holder only).
+    pub(super) fn take_emptied(&self, mut f: impl FnMut(Ptr<Table>, usize)) {
+        for k in 0..NOTES {
+            if let Some(t) =
+                Ptr::new(self.emptied[k].swap(core::ptr::null_mut(), Ordering::Relaxed))
+            {
+                f(t, self.emptied_base[k].load(Ordering::Relaxed));
+            }
+        }
     }
 
     /// Remembers `at` (a leaf table) as the one last edited.
@@ -376,8 +402,8 @@ impl Lanes {
 
     /// Notes that `lane` left leaf table `at` empty (shared edit).
     #[cold]
-    pub(super) fn note_emptied(&self, lane: &Lane, at: &Level<'_>) {
-        lane.note_emptied(at);
+    pub(super) fn note_emptied(&self, lane: &Lane, k: usize, at: &Level<'_>) {
+        lane.note_emptied(k, at);
         if self.emptied.load(Ordering::Relaxed) == 0 {
             self.emptied.store(1, Ordering::Relaxed);
         }
@@ -391,9 +417,7 @@ impl Lanes {
             return;
         }
         for lane in &self.lanes {
-            if let Some((t, base)) = lane.take_emptied() {
-                f(t, base);
-            }
+            lane.take_emptied(&mut f);
         }
     }
 
@@ -428,15 +452,17 @@ impl Lanes {
     pub(super) fn noted_empty(&self, t: &Table) -> bool {
         self.lanes
             .iter()
-            .any(|l| core::ptr::eq(l.emptied.load(Ordering::Relaxed), t))
+            .flat_map(|l| &l.emptied)
+            .any(|e| core::ptr::eq(e.load(Ordering::Relaxed), t))
     }
 
-    /// Spare records and buckets held by all lanes (exclusive holder: the tests' leak checks).
+    /// Spare records, buckets and tables held by all lanes (exclusive holder: the tests' leak
+    /// checks).
     #[cfg(all(test, not(loom)))]
-    pub(super) fn spares(&self) -> (usize, usize) {
-        self.lanes
-            .iter()
-            .fold((0, 0), |(r, b), l| (r + l.recs.len(), b + l.buckets.len()))
+    pub(super) fn spares(&self) -> (usize, usize, usize) {
+        self.lanes.iter().fold((0, 0, 0), |(r, b, t), l| {
+            (r + l.recs.len(), b + l.buckets.len(), t + l.tables.len())
+        })
     }
 }
 

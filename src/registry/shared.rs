@@ -1,10 +1,13 @@
 //! The shared edits (`lanes.rs` says when they run): an insert whose slots lie in one table that
-//! exists, empty but for the granules at its ends, which may list ranges it does not meet; and
-//! a removal of a range whose slots lie in one table, leaving that table in use (or, once per
-//! lane, a leaf table empty: `Lane::note_emptied`). Several threads run them at once, each in its
-//! own lane, each holding the one table it edits (`held.rs`), so that a granule a neighbour
-//! shares gets its chain rebuilt here too. Tables are neither made nor freed here, so every
-//! table seen stays linked until the lane is left. Anything else returns [`Shared::Exclusive`],
+//! exists (or in a leaf table it makes: `make_leaf`), empty but for the granules at its ends,
+//! which may list ranges it does not meet; and a removal of a range whose slots lie in one
+//! table, leaving that table in use (or, a few per lane, a leaf table empty:
+//! `Lane::note_emptied`). Several threads run them at once, each in its own lane, each holding
+//! the one table it edits (`held.rs`), so that a granule a neighbour shares gets its chain
+//! rebuilt here too. Tables are never freed here, and a leaf table is only added (from the
+//! lane's spares, holding the table above it), so every table seen stays linked until the lane
+//! is left; a way down that found a slot empty meanwhile just goes the exclusive way or finds
+//! nothing, as it would have a moment earlier. Anything else returns [`Shared::Exclusive`],
 //! having changed nothing.
 //!
 //! Readers need nothing new: as under the writer lock, each change they can see is one slot
@@ -12,7 +15,7 @@
 //! (a lane recycles only records it unlinked and buckets it replaced itself).
 #![deny(unsafe_code)]
 
-use crate::atomics::Ordering::{Acquire, Relaxed};
+use crate::atomics::Ordering::{Acquire, Relaxed, Release};
 
 use super::held::{stock, Granule, Held};
 use super::lanes::Lane;
@@ -83,8 +86,13 @@ impl Registry {
     /// tables a range crossing a 2 MiB boundary lies in.
     #[inline(never)]
     fn link_span(&self, lane: &Lane, lo: usize, hi: usize, p: Ptr<Record>) -> bool {
-        let Some(at) = self.slots_of(lo, hi) else {
-            return refused(c"insert: a table on the way missing");
+        let at = match self.slots_of(lo, hi) {
+            Ok(at) => at,
+            Err(near) if near.level == NEAR => match self.make_leaf(lane, near, lo, hi) {
+                Some(leaf) => leaf,
+                None => return false,
+            },
+            Err(_) => return refused(c"insert: a table on the way missing"),
         };
         let span = at.span(lo, hi);
         let (first, last) = (*span.start(), *span.end());
@@ -107,6 +115,45 @@ impl Registry {
         part.make(&at, slot_of(p, REC), lane);
         lane.remember(&at);
         true
+    }
+
+    /// The leaf table `[lo, hi]` (inside one leaf block, not all of it) lies in, made under
+    /// level-[`NEAR`] table `near`, whose slot for it is empty: the lane's spare table, linked
+    /// holding `near` (or the one another lane linked meanwhile). A pool's blocks move between
+    /// a few 2 MiB blocks, and a leaf table freed once its last range left was made again by
+    /// an exclusive edit each time the pool came back (PyTorch: most of its exclusive edits).
+    #[cold]
+    #[inline(never)]
+    fn make_leaf<'a>(
+        &'a self,
+        lane: &Lane,
+        near: Level<'a>,
+        lo: usize,
+        hi: usize,
+    ) -> Option<Level<'a>> {
+        let (i, blo) = near.way_down(lo, hi)?;
+        let Some(held) = near.hold() else {
+            return refused(c"insert: top-level slots");
+        };
+        let cur = held.slots[i].load(Relaxed);
+        let t = match tag(cur) {
+            TAB => target::<Table>(cur),
+            EMPTY => {
+                let Some(spare) = lane.tables.pop() else {
+                    return refused(c"insert: no spare table");
+                };
+                let v = slot_of(spare, TAB);
+                let t = target::<Table>(v);
+                // Its block, before the link (as `Writer::link_table`): a reader holding a
+                // stale hint to this recycled table must not take it for another block.
+                t.base.store(blo | LEAF, Release);
+                held.replace(i, EMPTY, v);
+                t
+            }
+            // A range covers the whole block: an overlap, for the exclusive way.
+            _ => return refused(c"insert: slots taken (overlap, chain past a bucket)"),
+        };
+        Some(Level::child(t, LEAF, blo))
     }
 
     /// A range crossing from one leaf table into the next, covering neither whole (slots
@@ -268,7 +315,7 @@ impl Registry {
         hi: usize,
         p: Ptr<Record>,
     ) -> Shared {
-        let Some(at) = self.slots_of(lo, hi) else {
+        let Ok(at) = self.slots_of(lo, hi) else {
             return refused(c"removal: slots in tables other than two leaves");
         };
         let span = at.span(lo, hi);
@@ -300,18 +347,19 @@ impl Registry {
         Shared::Done(p)
     }
 
-    /// Whether a shared removal through `lane` may leave table `at` empty: a leaf, once per
-    /// lane until an exclusive edit frees it (or finds a range back in it), so that a thread
-    /// allocating and freeing alone in a 2 MiB block does not take the exclusive way twice per
-    /// pair. Noted for the next exclusive edit when it may (the caller then empties it).
+    /// Whether a shared removal through `lane` may leave table `at` empty: a leaf, a few per
+    /// lane until an exclusive edit frees them (or finds a range back in them), so that a
+    /// thread allocating and freeing in a few 2 MiB blocks does not take the exclusive way
+    /// each time one empties. Noted for the next exclusive edit when it may (the caller then
+    /// empties it).
     #[cold]
     #[inline(never)]
     fn may_empty(&self, lane: &Lane, at: Level<'_>) -> bool {
         // By value: a borrowed level kept the pool case's copy on the stack on every removal.
-        if !lane.may_empty(&at) {
+        let Some(k) = lane.may_empty(&at) else {
             return false;
-        }
-        self.lanes.note_emptied(lane, &at);
+        };
+        self.lanes.note_emptied(lane, k, &at);
         true
     }
 
@@ -332,20 +380,23 @@ impl Registry {
     }
 
     /// The table where `[lo, hi]`'s slots lie (the way down while one slot holds all of it, and
-    /// not whole), if every table on the way exists.
-    fn slots_of(&self, lo: usize, hi: usize) -> Option<Level<'_>> {
-        let mut at = self.top_level()?;
+    /// not whole), if every table on the way exists; otherwise the table whose slot on the way
+    /// links none (or the top table's level, `NO_TOP`, before there is one).
+    fn slots_of(&self, lo: usize, hi: usize) -> Result<Level<'_>, Level<'_>> {
+        let Some(mut at) = self.top_level() else {
+            return Err(NO_TOP);
+        };
         while at.level < LEAF {
             let Some((i, blo)) = at.way_down(lo, hi) else {
                 break;
             };
             let cur = at.slots[i].load(Acquire);
             if tag(cur) != TAB {
-                return None;
+                return Err(at);
             }
             at = Level::child(target::<Table>(cur), at.level + 1, blo);
         }
-        Some(at)
+        Ok(at)
     }
 
     /// The top table as a level, once there is one.
@@ -353,6 +404,16 @@ impl Registry {
         super::table::deref(self.read.top.load(Acquire)).map(Level::top)
     }
 }
+
+/// [`Registry::slots_of`]'s answer before there is a top table: no slots, level 0.
+const NO_TOP: Level<'static> = Level {
+    slots: &[],
+    used: None,
+    level: 0,
+    base: 0,
+};
+
+impl Registry {}
 
 /// One table's share of a shared edit, checked and not yet made: the slots strictly between
 /// its ends, and its end granules as they will be.
@@ -445,7 +506,7 @@ impl Refusal for Shared {
     const REFUSED: Shared = Shared::Exclusive;
 }
 
-impl Refusal for Option<Ptr<Record>> {
+impl<T> Refusal for Option<T> {
     const REFUSED: Self = None;
 }
 

@@ -581,6 +581,47 @@ fn registry_edits_keep_their_lane_at_any_stack_depth() {
     );
 }
 
+/// A pool whose blocks move between 2 MiB blocks (as the CUDA pool's do under PyTorch): each
+/// block's ranges are all freed, then the pool allocates in the next block, and comes back.
+/// Each leaf table was freed once it emptied (at the next exclusive edit, which a second leaf
+/// emptied through the lane forced), so the pool found it missing when it came back, and made
+/// it again by an exclusive edit, closing every thread's lanes: now a lane notes a few emptied
+/// leaves, and an insert makes a missing leaf as a shared edit, from the lane's spare tables.
+#[test]
+fn registry_leaf_tables_made_again_are_shared_edits() {
+    use super::super::exclusive::EXCLUSIVE_EDITS;
+    let r = Registry::new();
+    let blocks = [0x7f22_0000_0000usize, 0x7f22_0020_0000, 0x7f22_0040_0000];
+    // Keeps the level-3 table in use while the leaves come and go.
+    r.insert(alloc(0x7f22_01f0_0000, 4096, 100));
+    let round = |block: usize| {
+        let ranges: Vec<usize> = (0..8).map(|k| block + k * 0x3_0000 + 512).collect();
+        for (k, &start) in ranges.iter().enumerate() {
+            r.insert(alloc(start, 0x2_0000, k as u64));
+        }
+        for &start in &ranges {
+            assert_eq!(r.remove_allocation(start).map(|a| a.size), Some(0x2_0000));
+        }
+    };
+    // The first rounds make the tables and stock the lane.
+    for &b in &blocks {
+        round(b);
+    }
+    EXCLUSIVE_EDITS.set(0);
+    const ROUNDS: usize = 60;
+    for k in 0..ROUNDS {
+        round(blocks[k % blocks.len()]);
+    }
+    let exclusive = EXCLUSIVE_EDITS.get();
+    r.check();
+    // 60 before (one a round: a leaf made again, or a second leaf emptied), 32 with the leaves
+    // made as shared edits but one emptied leaf noted per lane.
+    assert_eq!(
+        exclusive, 0,
+        "exclusive edits in {ROUNDS} rounds of 16 edits"
+    );
+}
+
 /// Threads that edit at once each get a lane of their own (up to the number of lanes), whatever
 /// their stacks' addresses: lanes picked by hashing the thread pointer put two of eight Python
 /// threads on one lane in about half the processes (two of sixteen almost always), and the two

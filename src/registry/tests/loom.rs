@@ -312,6 +312,38 @@ fn loom_shared_inserts_side_by_side() {
     });
 }
 
+/// Two shared inserts at once into a leaf block whose table does not exist (`make_leaf`): each
+/// holds the level-3 table in turn; the first links its lane's spare table, the second finds
+/// it linked and uses it (its own spare stays unused). A reader finds the second range whole
+/// or not at all; both land, and the new table's count is exact (removing both empties it).
+#[test]
+fn loom_shared_inserts_make_one_leaf() {
+    model_one_preemption(|| {
+        let (reg, keep) = primed();
+        // Leaf block 1 (four granules from 4G): no table yet.
+        let (a, b) = (range(4 * G, G, 2), range(6 * G, G, 3));
+        let (r, w) = (reg.clone(), reg.clone());
+        let reader = thread::spawn(move || {
+            if let Some(got) = r.lookup(6 * G + 1) {
+                assert!(same(&got, &b), "torn record: {got:?}");
+            }
+        });
+        let writer = thread::spawn(move || {
+            w.insert(b);
+        });
+        reg.insert(a);
+        writer.join().unwrap();
+        reader.join().unwrap();
+        assert!(same(&reg.lookup(4 * G).unwrap(), &a));
+        assert!(same(&reg.lookup(6 * G + 2).unwrap(), &b));
+        assert_eq!((reg.len(), reg.live_bytes()), (3, 3 * G));
+        assert!(same(&reg.remove_allocation(4 * G).unwrap(), &a));
+        assert!(same(&reg.remove_allocation(6 * G).unwrap(), &b));
+        assert!(same(&reg.remove_allocation(G).unwrap(), &keep));
+        assert!(reg.snapshot().is_empty() && reg.is_empty());
+    });
+}
+
 /// Two new ranges meeting in one granule, inserted at once: they take turns holding the leaf
 /// (`held.rs`), the second building the granule's chain with the first, not overwriting it.
 #[test]

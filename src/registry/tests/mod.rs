@@ -234,11 +234,12 @@ impl Registry {
         assert_eq!(linked, bytes, "bytes linked");
         let w = self.exclusive();
         let (count, recs, live_tables, live_buckets) = w.counts();
-        // The lanes' counts and their spare records and buckets (handed out by the slabs,
-        // linked nowhere).
+        // The lanes' counts and their spare records, buckets and tables (handed out by the
+        // slabs, linked nowhere).
         let count = count.wrapping_add(self.lanes.booked().0);
-        let (spare_recs, spare_buckets) = self.lanes.spares();
+        let (spare_recs, spare_buckets, spare_tables) = self.lanes.spares();
         let (recs, live_buckets) = (recs - spare_recs, live_buckets - spare_buckets);
+        let live_tables = live_tables - spare_tables;
         assert_eq!(count, all.len(), "count");
         assert_eq!(recs, count, "record leak");
         assert_eq!(live_tables, tables, "table leak");
