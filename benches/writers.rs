@@ -13,8 +13,9 @@
 //! `cargo bench --bench writers -- 1 16` for chosen thread counts; `-- sizes` for the cost of one
 //! insert+removal by range size, on one thread (`-- replay`, for `benches/callgrind_edits.sh`,
 //! the same edits untimed); `-- torch [T...]` for `torch_threads.py`'s
-//! allocations taking turns through one lock, as PyTorch's allocator makes them. Meant for a machine with
-//! many cores (the H200 host: 16): on 2 cores it shows little.
+//! allocations taking turns through one lock, as PyTorch's allocator makes them, and
+//! `-- torch-moving [T...]` for the same with each thread's pool moving between three 2 MiB
+//! blocks. Meant for a machine with many cores (the H200 host: 16): on 2 cores it shows little.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -190,7 +191,11 @@ fn packed(sizes: &[usize], mut at: usize, align: usize) -> Vec<(usize, usize)> {
 /// `torch_threads.py`'s tensor sizes, in its order.
 const TORCH: [usize; 8] = [256, 4096, 65536, 1 << 20, 512, 16384, 262144, 2048];
 
-fn torch(threads: usize) {
+///
+/// `moving`: each round in the next of three 2 MiB blocks of the thread's region, as the CUDA
+/// pool moves a stream's blocks between the blocks it holds: every leaf table empties and is
+/// needed again three rounds later.
+fn torch(threads: usize, moving: bool) {
     const ROUNDS: usize = 20_000;
     let reg = Registry::new();
     populate(&reg);
@@ -201,15 +206,19 @@ fn torch(threads: usize) {
             for t in 0..threads {
                 let (reg, lock) = (&reg, &lock);
                 s.spawn(move || {
-                    let starts = packed(&TORCH, BASE + 64 * BLOCK + t * 2 * BLOCK + 512, 512);
-                    for _ in 0..ROUNDS {
-                        for &(start, size) in &starts {
+                    let region = BASE + 64 * BLOCK + t * 8 * BLOCK;
+                    let layouts: Vec<_> = (0..3)
+                        .map(|k| packed(&TORCH, region + 2 * k * BLOCK + 512, 512))
+                        .collect();
+                    for round in 0..ROUNDS {
+                        let starts = &layouts[if moving { round % 3 } else { 0 }];
+                        for &(start, size) in starts {
                             let _held = lock.lock().unwrap();
                             if with_registry {
                                 reg.insert(sized(start, size));
                             }
                         }
-                        for &(start, _) in &starts {
+                        for &(start, _) in starts {
                             let _held = lock.lock().unwrap();
                             if with_registry {
                                 black_box(reg.remove_allocation(start));
@@ -223,7 +232,8 @@ fn torch(threads: usize) {
     };
     let (lock_only, registry) = (run(false), run(true));
     println!(
-        "torch: threads={threads:2}  allocations/s: the lock alone {lock_only:11.0}   with the registry {registry:11.0}   ns of registry work per allocation+free {:7.1}",
+        "torch{}: threads={threads:2}  allocations/s: the lock alone {lock_only:11.0}   with the registry {registry:11.0}   ns of registry work per allocation+free {:7.1}",
+        if moving { " (moving)" } else { "" },
         1e9 / registry - 1e9 / lock_only
     );
 }
@@ -265,7 +275,12 @@ fn main() {
             .collect();
         return replay(&args);
     }
-    if std::env::args().nth(1).as_deref() == Some("torch") {
+    let mode = std::env::args().nth(1);
+    if let Some(moving) = mode.as_deref().and_then(|m| match m {
+        "torch" => Some(false),
+        "torch-moving" => Some(true),
+        _ => None,
+    }) {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let counts: Vec<usize> = std::env::args()
             .skip(2)
@@ -276,7 +291,7 @@ fn main() {
         } else {
             counts
         } {
-            torch(t);
+            torch(t, moving);
         }
         return;
     }
