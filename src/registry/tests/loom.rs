@@ -288,20 +288,8 @@ fn primed() -> (Arc<Registry>, Allocation) {
 #[test]
 fn loom_shared_inserts_side_by_side() {
     model_one_preemption(|| {
-        let (reg, keep) = primed();
         let (a, b) = (range(2 * G, G, 2), range(3 * G, G, 3));
-        let (r, w) = (reg.clone(), reg.clone());
-        let reader = thread::spawn(move || {
-            if let Some(got) = r.lookup(3 * G + 1) {
-                assert!(same(&got, &b), "torn record: {got:?}");
-            }
-        });
-        let writer = thread::spawn(move || {
-            w.insert(b);
-        });
-        reg.insert(a);
-        writer.join().unwrap();
-        reader.join().unwrap();
+        let (reg, keep) = insert_two_at_once(a, b, 3 * G + 1);
         assert!(same(&reg.remove_allocation(G).unwrap(), &keep));
         assert!(same(&reg.lookup(2 * G).unwrap(), &a));
         assert!(same(&reg.lookup(3 * G).unwrap(), &b));
@@ -312,6 +300,25 @@ fn loom_shared_inserts_side_by_side() {
     });
 }
 
+/// A primed registry (`primed`) into which `a` is inserted here and `b` on another thread at
+/// once, while a reader looks `probe` (in `b`) up and finds `b` whole or nothing.
+fn insert_two_at_once(a: Allocation, b: Allocation, probe: usize) -> (Arc<Registry>, Allocation) {
+    let (reg, keep) = primed();
+    let (r, w) = (reg.clone(), reg.clone());
+    let reader = thread::spawn(move || {
+        if let Some(got) = r.lookup(probe) {
+            assert!(same(&got, &b), "torn record: {got:?}");
+        }
+    });
+    let writer = thread::spawn(move || {
+        w.insert(b);
+    });
+    reg.insert(a);
+    writer.join().unwrap();
+    reader.join().unwrap();
+    (reg, keep)
+}
+
 /// Two shared inserts at once into a leaf block whose table does not exist (`make_leaf`): each
 /// holds the level-3 table in turn; the first links its lane's spare table, the second finds
 /// it linked and uses it (its own spare stays unused). A reader finds the second range whole
@@ -319,21 +326,9 @@ fn loom_shared_inserts_side_by_side() {
 #[test]
 fn loom_shared_inserts_make_one_leaf() {
     model_one_preemption(|| {
-        let (reg, keep) = primed();
         // Leaf block 1 (four granules from 4G): no table yet.
         let (a, b) = (range(4 * G, G, 2), range(6 * G, G, 3));
-        let (r, w) = (reg.clone(), reg.clone());
-        let reader = thread::spawn(move || {
-            if let Some(got) = r.lookup(6 * G + 1) {
-                assert!(same(&got, &b), "torn record: {got:?}");
-            }
-        });
-        let writer = thread::spawn(move || {
-            w.insert(b);
-        });
-        reg.insert(a);
-        writer.join().unwrap();
-        reader.join().unwrap();
+        let (reg, keep) = insert_two_at_once(a, b, 6 * G + 1);
         assert!(same(&reg.lookup(4 * G).unwrap(), &a));
         assert!(same(&reg.lookup(6 * G + 2).unwrap(), &b));
         assert_eq!((reg.len(), reg.live_bytes()), (3, 3 * G));
