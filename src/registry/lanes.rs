@@ -265,7 +265,10 @@ impl Lane {
 /// turns with its spares and cached leaf; and from the stack's address before that, one
 /// thread's allocations and frees at depths either side of a 64 KiB line took two lanes.
 /// Threads past [`LANES`] (or a thread pool's short-lived ones) share lanes: the second of
-/// two at once takes the next lane, or the exclusive way.
+/// two at once takes the next lane, or the exclusive way. (A dynamic thread-local must not be
+/// touched inside a walk of the loader's list, `docs/architecture.md`, Known limits: registry
+/// edits come from hooked calls and the API, never from inside such a walk, and the hooks read
+/// this same thread-local for their guard anyway.)
 #[inline(always)]
 fn pick() -> usize {
     #[cfg(not(loom))]
