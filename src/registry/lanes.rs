@@ -223,6 +223,15 @@ impl Lane {
             .or_else(|| (0..NOTES).find(|&k| noted(k).is_null()))
     }
 
+    /// How many more leaf tables the lane can note before an exclusive edit frees them.
+    #[inline]
+    pub(super) fn free_notes(&self) -> usize {
+        self.emptied
+            .iter()
+            .filter(|e| e.load(Ordering::Relaxed).is_null())
+            .count()
+    }
+
     /// Notes leaf table `at`, just left empty, for the next exclusive edit (in note `k`, which
     /// [`Self::may_empty`] gave).
     #[inline]

@@ -88,10 +88,15 @@ impl Registry {
     fn link_span(&self, lane: &Lane, lo: usize, hi: usize, p: Ptr<Record>) -> bool {
         let at = match self.slots_of(lo, hi) {
             Ok(at) => at,
-            Err(near) if near.level == NEAR => match self.make_leaf(lane, near, lo, hi) {
-                Some(leaf) => leaf,
-                None => return false,
-            },
+            Err(near) if near.level == NEAR => {
+                let made = near
+                    .way_down(lo, hi)
+                    .and_then(|(i, _)| self.make_leaf(lane, near, i));
+                match made {
+                    Some(leaf) => leaf,
+                    None => return false,
+                }
+            }
             Err(_) => return refused(c"insert: a table on the way missing"),
         };
         let span = at.span(lo, hi);
@@ -117,21 +122,15 @@ impl Registry {
         true
     }
 
-    /// The leaf table `[lo, hi]` (inside one leaf block, not all of it) lies in, made under
-    /// level-[`NEAR`] table `near`, whose slot for it is empty: the lane's spare table, linked
-    /// holding `near` (or the one another lane linked meanwhile). A pool's blocks move between
-    /// a few 2 MiB blocks, and a leaf table freed once its last range left was made again by
-    /// an exclusive edit each time the pool came back (PyTorch: most of its exclusive edits).
+    /// The leaf table of slot `i` of level-[`NEAR`] table `near`, whose slot was empty: the
+    /// lane's spare table, linked holding `near` (or the one another lane linked meanwhile). A
+    /// pool's blocks move between a few 2 MiB blocks, and a leaf table freed once its last range
+    /// left was made again by an exclusive edit each time the pool came back (PyTorch: most of
+    /// its exclusive edits).
     #[cold]
     #[inline(never)]
-    fn make_leaf<'a>(
-        &'a self,
-        lane: &Lane,
-        near: Level<'a>,
-        lo: usize,
-        hi: usize,
-    ) -> Option<Level<'a>> {
-        let (i, blo) = near.way_down(lo, hi)?;
+    fn make_leaf<'a>(&'a self, lane: &Lane, near: Level<'a>, i: usize) -> Option<Level<'a>> {
+        let blo = near.block(i).0;
         let Some(held) = near.hold() else {
             return refused(c"insert: top-level slots");
         };
@@ -177,9 +176,43 @@ impl Registry {
         {
             return refused(c"insert: slots in tables other than two leaves");
         }
-        let (Some(a), Some(b)) = (leaf_of(at, first), leaf_of(at, last)) else {
+        let (la, lb) = (leaf_of(at, first), leaf_of(at, last));
+        let made = [la.is_none(), lb.is_none()];
+        // A leaf made here must not stay linked, empty and unnoted, if the edit then fails: made
+        // only when the lane has a free note for each, and noted then.
+        if made.iter().filter(|&&m| m).count() > lane.free_notes() {
             return refused(c"insert: a table on the way missing");
+        }
+        let a = la.or_else(|| self.make_leaf(lane, at, first));
+        let b = a.and(lb.or_else(|| self.make_leaf(lane, at, last)));
+        let linked = match (a, b) {
+            (Some(a), Some(b)) => self.link_pair(lane, a, b, lo, hi, p),
+            _ => false,
         };
+        if !linked {
+            for leaf in made
+                .iter()
+                .zip([a, b])
+                .filter_map(|(&m, l)| l.filter(|_| m))
+            {
+                if let Some(k) = lane.may_empty(&leaf) {
+                    self.lanes.note_emptied(lane, k, &leaf);
+                }
+            }
+        }
+        linked
+    }
+
+    /// [`Self::link_across`] once both leaf tables exist: both held, the lower first.
+    fn link_pair(
+        &self,
+        lane: &Lane,
+        a: Level<'_>,
+        b: Level<'_>,
+        lo: usize,
+        hi: usize,
+        p: Ptr<Record>,
+    ) -> bool {
         let (Some(a), Some(b)) = (a.hold(), b.hold()) else {
             return refused(c"insert: top-level slots");
         };
@@ -304,7 +337,7 @@ impl Registry {
 
     /// A removal of `p` (over `[lo, hi]`), which starts in held leaf table `a` and ends in the
     /// next one, covering neither whole: the next one held too (the lower first, as
-    /// [`Self::link_across`]); neither may be left empty.
+    /// [`Self::link_across`]); a leaf it leaves empty is noted (`may_empty`).
     #[cold]
     #[inline(never)]
     fn unlink_across(
@@ -335,7 +368,10 @@ impl Registry {
         if !(pa.unlink(&a, lo, hi, p) && pb.unlink(&b, lo, hi, p)) {
             return refused(c"removal: slots not as linked");
         }
-        if a.uses(pa.emptied) || b.uses(pb.emptied) {
+        // A leaf this leaves empty is noted, as for any shared removal (both may be).
+        if (a.uses(pa.emptied) && !self.may_empty(lane, *a))
+            || (b.uses(pb.emptied) && !self.may_empty(lane, *b))
+        {
             return refused(c"removal: would empty a leaf");
         }
         if !stock(&mut [&mut pa.edges, &mut pb.edges], lane) {

@@ -455,7 +455,8 @@ fn registry_ranges_across_leaves_side_by_side() {
 }
 
 /// Leaf tables made by shared inserts and left empty by shared removals, from threads that
-/// meet in the same four 2 MiB blocks (nothing else keeps those leaves in use), while another
+/// meet in the same four 2 MiB blocks (nothing else keeps those leaves in use; some ranges
+/// cross from one block into the next, so an insert may make two leaves), while another
 /// thread's exclusive edits free the emptied ones again: two inserts race to make one leaf, a
 /// removal empties a leaf another thread is about to use, and a noted leaf is freed only if it
 /// is still empty. Each thread checks its ranges found whole until removed and gone after; the
@@ -482,9 +483,14 @@ fn registry_leaves_made_and_emptied_side_by_side() {
                 let mut n = 0u64;
                 while !stop.load(Relaxed) {
                     let leaf = BASE + rng.below(4) as usize * LEAF;
-                    let ranges: Vec<(usize, usize)> = (0..1 + rng.below(3) as usize)
-                        .map(|k| (leaf + (t * 64 + k * 8) * 4096 + 512, 4096 + 512 * k))
+                    let mut ranges: Vec<(usize, usize)> = (0..1 + rng.below(3) as usize)
+                        .map(|k| (leaf + (32 + t * 64 + k * 8) * 4096 + 512, 4096 + 512 * k))
                         .collect();
+                    // Threads 0–2 also cross "their" boundary (between blocks t and t + 1)
+                    // every other round: its last and first three granules.
+                    if t < 3 && rng.below(2) == 0 {
+                        ranges.push((BASE + (t + 1) * LEAF - 3 * 4096 - 512, 6 * 4096));
+                    }
                     for &(start, size) in &ranges {
                         assert!(reg
                             .insert(Allocation::new(start, size, c"moving"))

@@ -622,6 +622,48 @@ fn registry_leaf_tables_made_again_are_shared_edits() {
     );
 }
 
+/// The same with ranges crossing 2 MiB boundaries (a pool's 1 MiB blocks): each round, at one
+/// of two boundaries, a range across it and one on each side, all then freed, which empties
+/// both leaf tables. A crossing range's removal that emptied a leaf went the exclusive way, and
+/// so, once that freed the leaf, did the next insert across that boundary: now the removal
+/// notes the leaves it empties as any shared removal does.
+#[test]
+fn registry_leaves_emptied_across_a_boundary_stay_shared() {
+    use super::super::exclusive::EXCLUSIVE_EDITS;
+    const LEAF: usize = 2 << 20;
+    let r = Registry::new();
+    let boundaries = [0x7f24_0000_0000usize + LEAF, 0x7f24_0000_0000 + 3 * LEAF];
+    // Keeps the level-3 table in use while the leaves come and go.
+    r.insert(alloc(0x7f24_0000_0000 + 100 * LEAF, 4096, 100));
+    let round = |boundary: usize| {
+        let ranges = [
+            (boundary - (256 << 10), 1 << 20),
+            (boundary - (512 << 10), 4096),
+            (boundary + (768 << 10), 4096),
+        ];
+        for (k, &(start, size)) in ranges.iter().enumerate() {
+            r.insert(alloc(start, size, k as u64));
+        }
+        for &(start, size) in &ranges {
+            assert_eq!(r.remove_allocation(start).map(|a| a.size), Some(size));
+        }
+    };
+    for &b in &boundaries {
+        round(b);
+    }
+    EXCLUSIVE_EDITS.set(0);
+    const ROUNDS: usize = 40;
+    for k in 0..ROUNDS {
+        round(boundaries[k % 2]);
+    }
+    let exclusive = EXCLUSIVE_EDITS.get();
+    r.check();
+    assert_eq!(
+        exclusive, 0,
+        "exclusive edits in {ROUNDS} rounds of 6 edits"
+    );
+}
+
 /// Threads that edit at once each get a lane of their own (up to the number of lanes), whatever
 /// their stacks' addresses: lanes picked by hashing the thread pointer put two of eight Python
 /// threads on one lane in about half the processes (two of sixteen almost always), and the two
