@@ -423,24 +423,7 @@ fn registry_ranges_across_leaves_side_by_side() {
                         4096 + below + 512 * rng.below(7) as usize,
                     );
                     let beside = (across.0 - 512, 512);
-                    for (start, size) in [across, beside] {
-                        assert!(reg
-                            .insert(Allocation::new(start, size, c"across"))
-                            .seq
-                            .is_some());
-                    }
-                    for (start, size) in [across, beside] {
-                        let got = reg.lookup(start + size - 1).expect("own range found");
-                        assert_eq!((got.start, got.size), (start, size));
-                    }
-                    for (start, size) in [beside, across] {
-                        let gone = reg.remove_allocation(start).expect("own range removed");
-                        assert_eq!((gone.start, gone.size), (start, size));
-                        assert!(
-                            reg.lookup(start + size - 1).is_none(),
-                            "removed range found"
-                        );
-                    }
+                    round_trip(reg, &[across, beside], c"across");
                     n += 1;
                 }
                 ops.fetch_add(n, Relaxed);
@@ -491,21 +474,7 @@ fn registry_leaves_made_and_emptied_side_by_side() {
                     if t < 3 && rng.below(2) == 0 {
                         ranges.push((BASE + (t + 1) * LEAF - 3 * 4096 - 512, 6 * 4096));
                     }
-                    for &(start, size) in &ranges {
-                        assert!(reg
-                            .insert(Allocation::new(start, size, c"moving"))
-                            .seq
-                            .is_some());
-                    }
-                    for &(start, size) in &ranges {
-                        let got = reg.lookup(start + size - 1).expect("own range found");
-                        assert_eq!((got.start, got.size), (start, size));
-                    }
-                    for &(start, size) in &ranges {
-                        let gone = reg.remove_allocation(start).expect("own range removed");
-                        assert_eq!((gone.start, gone.size), (start, size));
-                        assert!(reg.lookup(start).is_none(), "removed range found");
-                    }
+                    round_trip(reg, &ranges, c"moving");
                     n += 1;
                 }
                 ops.fetch_add(n, Relaxed);
@@ -529,4 +498,24 @@ fn registry_leaves_made_and_emptied_side_by_side() {
     assert!(ops.load(Relaxed) > 1000, "rounds: {}", ops.load(Relaxed));
     assert_eq!(reg.len(), 1, "{:?}", reg.snapshot());
     reg.check();
+}
+
+/// Inserts `ranges` (each must be linked), checks each found whole, then removes them in the
+/// reverse order, checking each removed as inserted and no longer found.
+fn round_trip(reg: &Registry, ranges: &[(usize, usize)], api: &'static core::ffi::CStr) {
+    for &(start, size) in ranges {
+        assert!(reg.insert(Allocation::new(start, size, api)).seq.is_some());
+    }
+    for &(start, size) in ranges {
+        let got = reg.lookup(start + size - 1).expect("own range found");
+        assert_eq!((got.start, got.size), (start, size));
+    }
+    for &(start, size) in ranges.iter().rev() {
+        let gone = reg.remove_allocation(start).expect("own range removed");
+        assert_eq!((gone.start, gone.size), (start, size));
+        assert!(
+            reg.lookup(start + size - 1).is_none(),
+            "removed range found"
+        );
+    }
 }
