@@ -195,9 +195,8 @@ impl Registry {
                 .zip([a, b])
                 .filter_map(|(&m, l)| l.filter(|_| m))
             {
-                if let Some(k) = lane.may_empty(&leaf) {
-                    self.lanes.note_emptied(lane, k, &leaf);
-                }
+                // A note is free for it (checked above).
+                self.may_empty(lane, leaf);
             }
         }
         linked
