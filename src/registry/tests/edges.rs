@@ -667,35 +667,46 @@ fn registry_leaves_emptied_across_a_boundary_stay_shared() {
 /// Threads that edit at once each get a lane of their own (up to the number of lanes), whatever
 /// their stacks' addresses: lanes picked by hashing the thread pointer put two of eight Python
 /// threads on one lane in about half the processes (two of sixteen almost always), and the two
-/// then took turns with its spares and its cached leaf. In a child of its own, so that the
-/// lanes are handed to these threads alone, and each thread stays alive until all have picked.
+/// then took turns with its spares and its cached leaf. In a process of its own, so that the
+/// lanes are handed to these threads alone (a fork of the test process, which this test used
+/// before, hung under qemu-user in CI), and each thread stays alive until all have picked.
 #[test]
-#[cfg_attr(miri, ignore = "fork() is a foreign call Miri does not run")]
+#[cfg_attr(miri, ignore = "starts a process, which Miri does not run")]
 fn registry_threads_editing_at_once_have_lanes_of_their_own() {
     use super::super::lanes::LANES;
     use std::sync::{Barrier, Mutex};
-    assert!(cuhook_fixtures::forked(60, || {
-        let r = Registry::new();
-        let picked = Mutex::new(Vec::new());
-        let all = Barrier::new(LANES);
-        std::thread::scope(|s| {
-            for t in 0..LANES {
-                let (r, picked, all) = (&r, &picked, &all);
-                s.spawn(move || {
-                    let start = 0x7f40_0000_0000 + t * (2 << 20);
-                    r.insert(alloc(start, 4096, t as u64));
-                    assert!(r.remove_allocation(start).is_some());
-                    picked.lock().unwrap().push(r.lanes.own_index());
-                    all.wait();
-                });
-            }
-        });
-        let mut lanes = picked.into_inner().unwrap();
-        lanes.sort_unstable();
-        lanes.dedup();
-        if lanes.len() != LANES {
-            eprintln!("{LANES} threads took only lanes {lanes:?}");
+    let path = concat!(
+        module_path!(),
+        "::registry_threads_editing_at_once_have_lanes_of_their_own"
+    );
+    if let Some(passed) = cuhook_fixtures::alone(path, std::time::Duration::from_secs(120)) {
+        assert!(
+            passed,
+            "in a process of its own, {LANES} threads shared lanes"
+        );
+        return;
+    }
+    let r = Registry::new();
+    let picked = Mutex::new(Vec::new());
+    let all = Barrier::new(LANES);
+    std::thread::scope(|s| {
+        for t in 0..LANES {
+            let (r, picked, all) = (&r, &picked, &all);
+            s.spawn(move || {
+                let start = 0x7f40_0000_0000 + t * (2 << 20);
+                r.insert(alloc(start, 4096, t as u64));
+                assert!(r.remove_allocation(start).is_some());
+                picked.lock().unwrap().push(r.lanes.own_index());
+                all.wait();
+            });
         }
-        lanes.len() == LANES
-    }));
+    });
+    let mut lanes = picked.into_inner().unwrap();
+    lanes.sort_unstable();
+    lanes.dedup();
+    assert_eq!(
+        lanes.len(),
+        LANES,
+        "{LANES} threads took only lanes {lanes:?}"
+    );
 }
