@@ -395,23 +395,12 @@ fn a_forked_child_captures_and_inserts() {
     let table = Table::new(16, 16);
     let before = record(&table, 0, 16);
     assert!(before.is_stack());
-    // SAFETY: the child only captures, inserts (both async-signal-safe by design) and _exits.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0);
-    if pid == 0 {
+    // The child only captures and inserts (both async-signal-safe by design).
+    assert!(cuhook_fixtures::forked(60, || {
         table.after_fork_in_child();
         let mut frames = [0usize; 16];
         let n = capture(0, &mut frames);
         let id = table.insert(&frames[..n]);
-        let ok = n >= 3 && id.is_stack() && table.frames(id).map(<[usize]>::len) == Some(n);
-        // SAFETY: ends the child without running the parent's atexit handlers.
-        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
-    }
-    let mut status = 0;
-    // SAFETY: waits for our own child.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "status {status:#x}"
-    );
+        n >= 3 && id.is_stack() && table.frames(id).map(<[usize]>::len) == Some(n)
+    }));
 }
