@@ -294,25 +294,11 @@ fn a_child_forked_during_an_engine_operation_can_use_the_engine() {
             };
         }
         assert!(pid > 0, "fork failed");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let mut status = 0;
-        loop {
-            // SAFETY: our own child.
-            let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-            if rc == pid {
-                failed += !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) as u32;
-                break;
+        match cuhook_fixtures::wait_for(pid, Some(std::time::Duration::from_secs(10))) {
+            Some(status) => {
+                failed += !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) as u32
             }
-            if std::time::Instant::now() > deadline {
-                hung += 1;
-                // SAFETY: our own child, then reaped.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                    libc::waitpid(pid, &mut status, 0);
-                }
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
+            None => hung += 1,
         }
     }
     STOP.store(true, Ordering::Relaxed);
@@ -347,9 +333,8 @@ fn in_child(work: impl FnOnce() -> c_int) -> Result<c_int, c_int> {
         unsafe { libc::_exit(code) };
     }
     assert!(pid > 0, "fork");
-    let mut status = 0;
-    // SAFETY: our own child.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    let status = cuhook_fixtures::wait_for(pid, Some(std::time::Duration::from_secs(120)))
+        .expect("the child hung (killed)");
     if libc::WIFEXITED(status) {
         Ok(libc::WEXITSTATUS(status))
     } else {

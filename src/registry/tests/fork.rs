@@ -4,31 +4,9 @@
 #![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::registry::{hot, Allocation};
-
-/// Waits for `pid` up to `limit`; kills it and returns `None` if it is still running then.
-fn wait_for(pid: libc::pid_t, limit: Duration) -> Option<libc::c_int> {
-    let until = Instant::now() + limit;
-    loop {
-        let mut status = 0;
-        // SAFETY: waitpid on our own child, with a valid out-parameter.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if r == pid {
-            return Some(status);
-        }
-        if Instant::now() > until {
-            // SAFETY: kill and reap our own child.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
 
 #[test]
 #[cfg_attr(miri, ignore = "fork() is a foreign call Miri does not run")]
@@ -58,7 +36,7 @@ fn registry_fork_while_another_thread_writes() {
                 // SAFETY: leave the child without running the parent's atexit handlers.
                 unsafe { libc::_exit(if ok { 0 } else { 1 }) };
             }
-            let status = wait_for(pid, Duration::from_secs(5));
+            let status = cuhook_fixtures::wait_for(pid, Some(Duration::from_secs(5)));
             if status.is_none() {
                 stop.store(true, Relaxed);
             }
@@ -102,7 +80,8 @@ fn registry_fork_with_a_lane_taken_in_the_parent() {
     late.leave();
     // SAFETY: taken by `hold_for_fork` above, on this thread.
     unsafe { reg.release_after_fork() };
-    let status = wait_for(pid, Duration::from_secs(5)).expect("the child hung");
+    let status =
+        cuhook_fixtures::wait_for(pid, Some(Duration::from_secs(5))).expect("the child hung");
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "child failed: status {status:#x}"
