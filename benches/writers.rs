@@ -182,15 +182,15 @@ fn packed(sizes: &[usize], mut at: usize, align: usize) -> Vec<(usize, usize)> {
         .collect()
 }
 
+/// `torch_threads.py`'s tensor sizes, in its order.
+const TORCH: [usize; 8] = [256, 4096, 65536, 1 << 20, 512, 16384, 262144, 2048];
+
 /// `torch_threads.py` on the H200 without the GPU: T threads each allocate a round of its sizes
 /// (packed at 512-byte steps in the thread's own region, as the pool packs a stream's blocks)
 /// and free them, every insert and every removal inside one shared lock, as PyTorch's
 /// `CudaMallocAsync` allocator holds its lock around each call. What the registry adds there is
 /// waited for by every thread. Prints allocations per second (all threads), with the registry's
 /// work and without it (the lock alone).
-/// `torch_threads.py`'s tensor sizes, in its order.
-const TORCH: [usize; 8] = [256, 4096, 65536, 1 << 20, 512, 16384, 262144, 2048];
-
 ///
 /// `moving`: each round in the next of three 2 MiB blocks of the thread's region, as the CUDA
 /// pool moves a stream's blocks between the blocks it holds: every leaf table empties and is
