@@ -57,7 +57,7 @@ export QEMU_LD_PREFIX=$sysroot
 . .ci/bounded.sh
 echo "== aarch64, 4 KiB pages"
 SECONDS=0
-bounded 35 cargo test --release --target "$target"
+bounded 45 cargo test --release --target "$target"
 echo "== aarch64, 4 KiB pages: ${SECONDS}s"
 
 # 64 KiB pages, as many GH200 kernels have. qemu 7.2's 64 KiB guest pages on a 4 KiB host break
@@ -69,7 +69,7 @@ echo "== aarch64, 4 KiB pages: ${SECONDS}s"
 echo "== aarch64, 64 KiB pages (QEMU_PAGESIZE=65536, QEMU_CPU=max,sve=off)"
 SECONDS=0
 QEMU_PAGESIZE=65536 QEMU_CPU=max,sve=off CUHOOK_EXPECT_PAGE_SIZE=65536 \
-    bounded 15 cargo test --release --target "$target" --lib --test relocs --test bti --test engine -- \
+    bounded 20 cargo test --release --target "$target" --lib --test relocs --test bti --test engine -- \
     --skip paths_lazy_binding --skip paths_non_pie --skip paths_branch_protected \
     --skip install_twice_and_reinstall --skip page_protected_by_the_program_is_seen_and_kept \
     --skip kernel_query_agrees_with_the_maps_text
