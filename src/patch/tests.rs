@@ -12,30 +12,31 @@ use region::Protection;
 use super::slot::{page_start, read_slot};
 use super::{compare_and_write, compare_and_write_page, ProtectionMap, SlotWrite, WriteFailure};
 
-/// Three pages of the system's size, each word holding its own offset; read-only.
+/// Three pages of the system's size, each word holding its own offset; read-only. Fenced, so
+/// that qemu-user's maps text cannot leave them out (see `FencedPages`).
 struct Pages {
-    memory: region::Allocation,
+    memory: cuhook_fixtures::FencedPages,
     page: usize,
 }
 
 impl Pages {
     fn new() -> Pages {
-        let page = region::page::size();
-        let mut memory = region::alloc(3 * page, Protection::READ_WRITE).expect("map 3 pages");
-        // SAFETY: the allocation is 3 pages of readable, writable, page-aligned memory we own.
+        let memory = cuhook_fixtures::FencedPages::new(3);
+        let page = memory.page();
+        assert_eq!(page, region::page::size());
+        // SAFETY: the 3 pages between the fences are readable, writable, page-aligned and ours.
         let words =
-            unsafe { std::slice::from_raw_parts_mut(memory.as_mut_ptr::<usize>(), 3 * page / 8) };
+            unsafe { std::slice::from_raw_parts_mut(memory.start() as *mut usize, 3 * page / 8) };
         for (i, w) in words.iter_mut().enumerate() {
             *w = i * 8;
         }
-        // SAFETY: our own mapping, made read-only as a RELRO GOT is.
-        unsafe { region::protect(memory.as_ptr::<u8>(), 3 * page, Protection::READ) }
-            .expect("make the pages read-only");
+        // Read-only, as a RELRO GOT is.
+        memory.protect(0, 3, libc::PROT_READ);
         Pages { memory, page }
     }
 
     fn base(&self) -> usize {
-        self.memory.as_ptr::<u8>() as usize
+        self.memory.start()
     }
 
     fn protections(&self) -> Vec<Protection> {

@@ -20,22 +20,10 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 fn kernel_query_agrees_with_the_maps_text() {
     let _serial = serial();
     static DATA: AtomicU64 = AtomicU64::new(1);
-    let page = region::page::size();
-    // SAFETY: a fresh private anonymous mapping of three pages, ours alone.
-    let anon = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            3 * page,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    } as usize;
-    assert_ne!(anon as *mut libc::c_void, libc::MAP_FAILED);
-    // SAFETY: the middle page of our own mapping.
-    let rc = unsafe { libc::mprotect((anon + page) as *mut libc::c_void, page, libc::PROT_READ) };
-    assert_eq!(rc, 0);
+    // Fenced, so that qemu-user's maps text cannot leave them out (see `FencedPages`).
+    let pages = cuhook_fixtures::FencedPages::new(3);
+    let (anon, page) = (pages.start(), pages.page());
+    pages.protect(1, 1, libc::PROT_READ);
     let probes = [
         kernel_query_agrees_with_the_maps_text as *const () as usize,
         "a string literal".as_ptr() as usize,
@@ -57,8 +45,7 @@ fn kernel_query_agrees_with_the_maps_text() {
     }
     assert_eq!(lazy.at(anon + page).unwrap(), Protection::READ);
     assert_eq!(lazy.at(anon).unwrap(), Protection::READ_WRITE);
-    // SAFETY: unmapping our own mapping.
-    unsafe { libc::munmap(anon as *mut libc::c_void, 3 * page) };
+    drop(pages);
     // Unmapped now: the kernel query must say so rather than answer from anything stale.
     let fresh = ProtectionMap::for_addresses(std::iter::once(anon)).unwrap();
     assert!(fresh.at(anon + page).is_err());
@@ -195,22 +182,12 @@ fn fork_inside_span_check() {
     drop(span);
 }
 
-/// A fresh read-only page of this process (never unmapped: the tests using it end their
+/// A fresh read-only page of this process, fenced (never unmapped: the tests using it end their
 /// process soon).
 fn read_only_page() -> usize {
-    // SAFETY: a fresh private anonymous mapping, ours alone.
-    let page = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(page, libc::MAP_FAILED);
-    page as usize
+    let page = cuhook_fixtures::FencedPages::new(1);
+    page.protect(0, 1, libc::PROT_READ);
+    page.leak()
 }
 
 /// The protection a fresh map finds at `addr`.
