@@ -180,10 +180,23 @@ mod tests {
         assert!(found[0].2.contains(Protection::EXECUTE), "{found:?}");
         let local = 0u64;
         let at = &local as *const u64 as usize;
+        // This thread's stack is anonymous: under qemu-user 7.2 the text can leave it out while
+        // another test thread unmaps a neighbour the host merged with it (docs/development.md,
+        // "fenced"), a window a second or third reading does not meet again. Natively, once.
+        let readings = if cuhook_fixtures::CROSS { 3 } else { 1 };
         let mut stack = Vec::new();
-        read_text(at, at + 8, |start, end, p| stack.push((start, end, p))).unwrap();
-        assert!(stack
-            .iter()
-            .any(|&(s, e, p)| s <= at && at < e && p.contains(Protection::READ_WRITE)));
+        for _ in 0..readings {
+            stack.clear();
+            read_text(at, at + 8, |start, end, p| stack.push((start, end, p))).unwrap();
+            if stack.iter().any(|&(s, e, _)| s <= at && at < e) {
+                break;
+            }
+        }
+        assert!(
+            stack
+                .iter()
+                .any(|&(s, e, p)| s <= at && at < e && p.contains(Protection::READ_WRITE)),
+            "{stack:?}"
+        );
     }
 }
