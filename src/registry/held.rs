@@ -22,8 +22,10 @@
 
 use core::cell::Cell;
 
+#[cfg(not(loom))]
+use crate::atomics::spin_loop;
 use crate::atomics::Ordering::Release;
-use crate::atomics::{spin_loop, yield_now, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
+use crate::atomics::{yield_now, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
 
 use super::fast::clear_of;
 use super::lanes::Lane;
@@ -72,6 +74,7 @@ impl<'a> Level<'a> {
 #[cold]
 #[inline(never)]
 fn wait_for(used: &AtomicUsize) {
+    #[cfg(not(loom))]
     let mut spins = 0u32;
     loop {
         // Under loom every try is the atomic OR: a plain load there may be answered with the
@@ -87,10 +90,7 @@ fn wait_for(used: &AtomicUsize) {
             }
         }
         #[cfg(loom)]
-        {
-            let _ = (spin_loop, spins);
-            yield_now();
-        }
+        yield_now();
         if used.fetch_or(HELD, Acquire) & HELD == 0 {
             return;
         }
