@@ -16,14 +16,17 @@ use super::{compare_and_write, compare_and_write_page, ProtectionMap, SlotWrite,
 /// that qemu-user's maps text cannot leave them out (see `FencedPages`).
 struct Pages {
     memory: cuhook_fixtures::FencedPages,
-    page: usize,
 }
 
 impl Pages {
     fn new() -> Pages {
         let memory = cuhook_fixtures::FencedPages::new(3);
         let page = memory.page();
-        assert_eq!(page, region::page::size());
+        assert_eq!(
+            page,
+            region::page::size(),
+            "the engine's page size is the system's"
+        );
         // SAFETY: the 3 pages between the fences are readable, writable, page-aligned and ours.
         let words =
             unsafe { std::slice::from_raw_parts_mut(memory.start() as *mut usize, 3 * page / 8) };
@@ -32,17 +35,21 @@ impl Pages {
         }
         // Read-only, as a RELRO GOT is.
         memory.protect(0, 3, libc::PROT_READ);
-        Pages { memory, page }
+        Pages { memory }
     }
 
     fn base(&self) -> usize {
         self.memory.start()
     }
 
+    fn page(&self) -> usize {
+        self.memory.page()
+    }
+
     fn protections(&self) -> Vec<Protection> {
         (0..3)
             .map(|i| {
-                region::query((self.base() + i * self.page) as *const u8)
+                region::query((self.base() + i * self.page()) as *const u8)
                     .expect("query a page")
                     .protection()
             })
@@ -52,7 +59,7 @@ impl Pages {
     /// The pages' protections, from the maps text: the kernel query's kept descriptor is
     /// shared with the protection tests, one of which closes it under the others.
     fn maps(&self) -> ProtectionMap {
-        ProtectionMap::read_text(self.base(), self.base() + 3 * self.page).unwrap()
+        ProtectionMap::read_text(self.base(), self.base() + 3 * self.page()).unwrap()
     }
 
     /// compare_and_write at byte `offset`, expecting the value the word was filled with.
@@ -92,8 +99,8 @@ fn the_page_size_is_the_systems() {
 #[test]
 fn read_only_slots_at_both_edges_of_a_page_are_written_and_the_page_restored() {
     let p = Pages::new();
-    let last_of_middle = 2 * p.page - 8;
-    let first_of_last = 2 * p.page;
+    let last_of_middle = 2 * p.page() - 8;
+    let first_of_last = 2 * p.page();
     for offset in [last_of_middle, first_of_last] {
         assert_eq!(
             p.write(offset, 0xabcd),
@@ -105,7 +112,7 @@ fn read_only_slots_at_both_edges_of_a_page_are_written_and_the_page_restored() {
         assert_eq!(p.protections(), [Protection::READ; 3], "offset {offset:#x}");
     }
     // Nothing else changed: every other word still holds its offset.
-    for offset in (0..3 * p.page).step_by(8) {
+    for offset in (0..3 * p.page()).step_by(8) {
         if offset != last_of_middle && offset != first_of_last {
             assert_eq!(p.read(offset), offset);
         }
@@ -115,7 +122,7 @@ fn read_only_slots_at_both_edges_of_a_page_are_written_and_the_page_restored() {
 #[test]
 fn a_mismatch_writes_nothing_and_leaves_the_page_read_only() {
     let p = Pages::new();
-    let offset = p.page + 8;
+    let offset = p.page() + 8;
     let maps = p.maps();
     // SAFETY: as in Pages::write, with an expected value the slot does not hold.
     let got = unsafe { compare_and_write(&maps, "test pages", p.base() + offset, 1, 2) }.unwrap();
@@ -129,7 +136,7 @@ fn a_mismatch_writes_nothing_and_leaves_the_page_read_only() {
 #[test]
 fn slots_sharing_a_page_are_written_under_one_protection_change() {
     let p = Pages::new();
-    let offsets = [p.page, p.page + 8, 2 * p.page - 8];
+    let offsets = [p.page(), p.page() + 8, 2 * p.page() - 8];
     let maps = p.maps();
     let mut found = Vec::new();
     let slot = |i: usize| (p.base() + offsets[i], offsets[i], 0x5000 + i);
@@ -155,8 +162,8 @@ fn slots_sharing_a_page_are_written_under_one_protection_change() {
         assert_eq!(p.read(offset), 0x5000 + i);
     }
     assert_eq!(p.protections(), [Protection::READ; 3]);
-    assert_eq!(p.read(p.page - 8), p.page - 8);
-    assert_eq!(p.read(2 * p.page), 2 * p.page);
+    assert_eq!(p.read(p.page() - 8), p.page() - 8);
+    assert_eq!(p.read(2 * p.page()), 2 * p.page());
 }
 
 /// A read-only page that cannot be made writable (a shared mapping of a file opened read-only):
